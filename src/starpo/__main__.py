@@ -1,0 +1,5 @@
+import sys
+
+from starpo.cli import main
+
+sys.exit(main())

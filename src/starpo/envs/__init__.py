@@ -1,0 +1,51 @@
+"""Text environments for multi-turn agents (no torch, no model imports here).
+
+>>> from starpo.envs import make
+>>> env = make("sokoban")
+>>> obs, info = env.reset(seed=10000)
+>>> obs, reward, terminated, truncated, info = env.step("Up")
+"""
+
+from __future__ import annotations
+
+from starpo.envs.base import TextEnv
+from starpo.envs.checker import check_env
+from starpo.envs.registry import EnvSpec, make, register, registered_ids, spec
+
+__all__ = ["EnvSpec", "TextEnv", "check_env", "make", "register", "registered_ids", "spec"]
+
+# Built-in ids (constructors are imported lazily, on first `make`).
+register(
+    "bandit",
+    "starpo.envs.bandit:BanditEnv",
+    description="Two-armed bandit: Dragon (risky, high EV) vs Phoenix (safe); 1 turn.",
+)
+register(
+    "bandit-rev",
+    "starpo.envs.bandit:BanditEnv",
+    kwargs={"low_risk_name": "Trader", "high_risk_name": "Librarian"},
+    description="Two-armed bandit with other arm names: Librarian (risky, high EV) vs Trader.",
+)
+register(
+    "frozenlake",
+    "starpo.envs.frozenlake:FrozenLakeEnv",
+    description="Slippery FrozenLake on random 4x4 maps with a guaranteed path.",
+)
+register(
+    "sokoban",
+    "starpo.envs.sokoban:SokobanEnv",
+    kwargs={"dim_room": (6, 6), "num_boxes": 1},
+    description="Sokoban 6x6 with 1 box, solvable within the action budget.",
+)
+register(
+    "sokoban-large",
+    "starpo.envs.sokoban:SokobanEnv",
+    kwargs={"dim_room": (8, 8), "num_boxes": 2},
+    description="Sokoban 8x8 with 2 boxes, solvable within the action budget.",
+)
+register(
+    "sokoban-newvocab",
+    "starpo.envs.sokoban:SokobanEnv",
+    kwargs={"dim_room": (6, 6), "num_boxes": 1, "vocab": "newvocab"},
+    description="Sokoban 6x6 with 1 box drawn with other symbols (W . G C B A @).",
+)

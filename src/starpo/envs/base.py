@@ -1,0 +1,145 @@
+"""The text-environment base class: Gymnasium's reset/step contract with string actions.
+
+Subclasses implement four small hooks (`_reset`, `_step`, `render`, `snapshot`) and declare
+their action names; the base class owns everything every env must do the same way: seeding,
+case-insensitive action matching, invalid actions that never raise and change nothing, the
+episode action budget, and the `info` keys the rollout engine relies on.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import numpy as np
+
+
+class TextEnv(ABC):
+    """A Gymnasium-shaped environment whose observations and actions are text.
+
+    `reset(*, seed=None, options=None) -> (obs, info)` and
+    `step(action) -> (obs, reward, terminated, truncated, info)`; `info` always carries
+    `success`, `action_is_valid`, `action_is_effective`, `action` (the canonical action name,
+    or None when the action was invalid) and `steps_left`.
+    """
+
+    #: One line shown by `starpo envs`.
+    description: ClassVar[str] = ""
+    #: Action names, matched case-insensitively by `step`.
+    action_names: tuple[str, ...] = ()
+    #: Task text for the prompt.
+    instruction: str = ""
+    #: Grid symbol -> meaning, shown in the prompt.
+    legend: dict[str, str] = {}
+    #: Bounds of one step's reward (checked by `check_env`).
+    reward_range: tuple[float, float] = (-float("inf"), float("inf"))
+
+    def __init__(self, max_steps: int) -> None:
+        if not isinstance(max_steps, int) or max_steps < 1:
+            from starpo.errors import UserError
+
+            raise UserError(f"max_steps must be a positive integer, got {max_steps!r}")
+        #: Episode action budget: valid actions allowed before the episode is truncated.
+        self.max_steps = max_steps
+        self.np_random = np.random.default_rng()
+        self.num_steps = 0
+        self._done = True  # step() before reset() is a programming error
+
+    # ----------------------------------------------------------------- subclass hooks
+    @abstractmethod
+    def _reset(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Build a new initial state from `self.np_random` and `options`; return extra info."""
+
+    @abstractmethod
+    def _step(self, action_index: int) -> tuple[float, bool, bool, dict[str, Any]]:
+        """Apply a valid action; return (reward, terminated, effective, extra info)."""
+
+    @abstractmethod
+    def render(self) -> str:
+        """The current state as text (this is the observation)."""
+
+    @abstractmethod
+    def snapshot(self) -> Any:
+        """A comparable copy of the full env state (used by the checker and solvers)."""
+
+    @abstractmethod
+    def is_success(self) -> bool:
+        """Whether the episode so far counts as a success."""
+
+    # ------------------------------------------------------------- optional solver hooks
+    def optimal_action(self) -> str | None:
+        """The action an optimal policy takes now (None when no action helps)."""
+        raise NotImplementedError(f"{type(self).__name__} has no solver")
+
+    def optimal_success_probability(self) -> float:
+        """Success probability of the optimal policy from the current state and budget."""
+        raise NotImplementedError(f"{type(self).__name__} has no solver")
+
+    # ------------------------------------------------------------------- public API
+    @property
+    def steps_left(self) -> int:
+        return self.max_steps - self.num_steps
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """Start an episode. A seed re-creates the env's generator, as in Gymnasium."""
+        if seed is not None:
+            self.np_random = np.random.default_rng(seed)
+        self.num_steps = 0
+        self._done = False
+        extra = self._reset(dict(options or {}))
+        info = {"success": self.is_success(), "steps_left": self.steps_left, **extra}
+        return self.render(), info
+
+    def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Apply one action (a name, matched case-insensitively, or an index).
+
+        An invalid action never raises: it changes nothing, does not use the budget, and
+        reports `action_is_valid=False`.
+        """
+        if self._done:
+            raise RuntimeError("the episode is over: call reset() before step()")
+        index = self.action_index(action)
+        if index is None:
+            info = self._info(valid=False, effective=False, action=None)
+            return self.render(), 0.0, False, False, info
+        reward, terminated, effective, extra = self._step(index)
+        self.num_steps += 1
+        truncated = not terminated and self.num_steps >= self.max_steps
+        self._done = terminated or truncated
+        info = self._info(valid=True, effective=effective, action=self.action_names[index])
+        info.update(extra)
+        return self.render(), float(reward), bool(terminated), bool(truncated), info
+
+    def action_index(self, action: Any) -> int | None:
+        """Index of `action` in `action_names`, or None when it is not a valid action."""
+        if isinstance(action, (int, np.integer)) and not isinstance(action, bool):
+            return int(action) if 0 <= action < len(self.action_names) else None
+        if not isinstance(action, str):
+            return None
+        wanted = action.strip().casefold()
+        for i, name in enumerate(self.action_names):
+            if name.casefold() == wanted:
+                return i
+        return None
+
+    def close(self) -> None:  # noqa: B027 - optional hook, like Gymnasium's Env.close
+        """Release resources (text envs hold none)."""
+
+    # ------------------------------------------------------------------ prompt text
+    def legend_text(self) -> str:
+        """The symbol legend as one line, e.g. `# wall, _ empty, P player`."""
+        return ", ".join(f"{symbol} {meaning}" for symbol, meaning in self.legend.items())
+
+    def _info(self, *, valid: bool, effective: bool, action: str | None) -> dict[str, Any]:
+        return {
+            "success": self.is_success(),
+            "action_is_valid": valid,
+            "action_is_effective": effective,
+            "action": action,
+            "steps_left": self.steps_left,
+        }
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} max_steps={self.max_steps}>"

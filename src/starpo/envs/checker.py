@@ -1,0 +1,206 @@
+"""`check_env`: does an env keep the TextEnv contract? Run over every registered env in tests.
+
+Each check is a small function that raises `EnvCheckError` with a message naming the broken
+rule; `check_env` runs them all and returns the names of the checks that passed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from starpo.envs.base import TextEnv
+
+STEP_INFO_KEYS = ("success", "action_is_valid", "action_is_effective", "action", "steps_left")
+
+# Inputs that are never an action name: each must be rejected without raising.
+INVALID_ACTIONS: tuple[Any, ...] = (
+    "",
+    "   ",
+    "definitely-not-an-action",
+    "<answer>x</answer>",
+    "\x00\x1b[31m",
+    "é" * 3 + "\u202e",
+    "a" * 10_000,
+    None,
+    3.5,
+    -1,
+    10**9,
+    True,
+    b"Up",
+    ["Up"],
+)
+
+
+class EnvCheckError(AssertionError):
+    """The env breaks a rule of the TextEnv contract."""
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise EnvCheckError(message)
+
+
+def _rng_state(env: TextEnv) -> Any:
+    return env.np_random.bit_generator.state
+
+
+def check_attributes(env: TextEnv, seeds: list[int]) -> None:
+    """Action names, instruction, legend and reward range are well formed."""
+    names = env.action_names
+    _require(isinstance(names, tuple) and len(names) > 0, "action_names must be a non-empty tuple")
+    _require(
+        all(isinstance(n, str) and n.strip() == n and n for n in names),
+        "action names must be non-empty strings without surrounding spaces",
+    )
+    folded = [n.casefold() for n in names]
+    _require(len(set(folded)) == len(folded), "action names must differ case-insensitively")
+    _require(
+        isinstance(env.instruction, str) and env.instruction.strip() != "",
+        "instruction must be a non-empty string",
+    )
+    _require(isinstance(env.legend, dict), "legend must be a dict of symbol -> meaning")
+    low, high = env.reward_range
+    _require(low <= high, f"reward_range {env.reward_range} is not ordered")
+
+
+def check_reset(env: TextEnv, seeds: list[int]) -> None:
+    """reset returns (str, dict) and equal seeds give identical initial states."""
+    for seed in seeds:
+        result = env.reset(seed=seed)
+        _require(isinstance(result, tuple) and len(result) == 2, "reset must return (obs, info)")
+        obs, info = result
+        _require(isinstance(obs, str), f"observation must be str, got {type(obs).__name__}")
+        _require(isinstance(info, dict), "reset info must be a dict")
+        _require(obs == env.render(), "the observation must equal render()")
+        first = env.snapshot()
+        obs_again, _ = env.reset(seed=seed)
+        _require(
+            obs_again == obs and env.snapshot() == first,
+            f"reset(seed={seed}) twice gave different initial states",
+        )
+
+
+def check_step_shapes(env: TextEnv, seeds: list[int]) -> None:
+    """step returns (str, float, bool, bool, dict) with the required info keys."""
+    env.reset(seed=seeds[0])
+    result = env.step(env.action_names[0])
+    _require(
+        isinstance(result, tuple) and len(result) == 5,
+        "step must return (obs, reward, terminated, truncated, info)",
+    )
+    obs, reward, terminated, truncated, info = result
+    _require(isinstance(obs, str), "step observation must be str")
+    _require(isinstance(reward, float), f"reward must be float, got {type(reward).__name__}")
+    _require(
+        isinstance(terminated, bool) and isinstance(truncated, bool),
+        "terminated and truncated must be bool",
+    )
+    _require(isinstance(info, dict), "step info must be a dict")
+    missing = [k for k in STEP_INFO_KEYS if k not in info]
+    _require(not missing, f"step info lacks keys {missing}")
+    _require(info["action_is_valid"] is True, "a listed action name must be valid")
+
+
+def check_case_insensitive(env: TextEnv, seeds: list[int]) -> None:
+    """Action names are matched case-insensitively and with surrounding spaces."""
+    for variant in (str.upper, str.lower, lambda s: f"  {s.swapcase()} "):
+        env.reset(seed=seeds[0])
+        *_, info = env.step(variant(env.action_names[0]))
+        _require(
+            info["action_is_valid"] and info["action"] == env.action_names[0],
+            f"{variant(env.action_names[0])!r} should match {env.action_names[0]!r}",
+        )
+
+
+def check_invalid_actions(env: TextEnv, seeds: list[int]) -> None:
+    """Invalid actions never raise, change nothing and report action_is_valid=False."""
+    env.reset(seed=seeds[0])
+    for action in INVALID_ACTIONS:
+        before = (env.render(), env.snapshot(), env.steps_left, repr(_rng_state(env)))
+        try:
+            obs, reward, terminated, truncated, info = env.step(action)
+        except Exception as exc:  # noqa: BLE001 - the rule is "never raises"
+            raise EnvCheckError(f"step({action!r:.40}) raised {exc!r}") from exc
+        after = (obs, env.snapshot(), env.steps_left, repr(_rng_state(env)))
+        _require(after == before, f"invalid action {action!r:.40} changed the state")
+        _require(
+            reward == 0.0 and not terminated and not truncated,
+            f"invalid action {action!r:.40} must give reward 0 and not end the episode",
+        )
+        _require(
+            info["action_is_valid"] is False and info["action_is_effective"] is False,
+            f"invalid action {action!r:.40} must report action_is_valid=False",
+        )
+
+
+def _play(env: TextEnv, seed: int, actions: list[str]) -> list[tuple[Any, ...]]:
+    """Reset with `seed` and play `actions` until the episode ends; record every transition."""
+    obs, _ = env.reset(seed=seed)
+    record: list[tuple[Any, ...]] = [(obs, env.snapshot())]
+    for action in actions:
+        obs, reward, terminated, truncated, info = env.step(action)
+        record.append((obs, reward, terminated, truncated, sorted(info.items(), key=str)))
+        if terminated or truncated:
+            break
+    return record
+
+
+def check_determinism(env: TextEnv, seeds: list[int]) -> None:
+    """The same seed and actions give the same observations, rewards and infos."""
+    chooser = np.random.default_rng(12345)
+    for seed in seeds:
+        actions = [str(chooser.choice(env.action_names)) for _ in range(env.max_steps + 5)]
+        _require(
+            _play(env, seed, actions) == _play(env, seed, actions),
+            f"seed {seed}: replaying the same actions gave different transitions",
+        )
+
+
+def check_random_agent(env: TextEnv, seeds: list[int], episodes_per_seed: int = 3) -> None:
+    """Random play ends within the budget, rewards stay in range, infos are well typed."""
+    chooser = np.random.default_rng(54321)
+    low, high = env.reward_range
+    for seed in seeds:
+        for episode in range(episodes_per_seed):
+            env.reset(seed=seed * 1000 + episode)
+            for step in range(env.max_steps):
+                action = str(chooser.choice(env.action_names))
+                _, reward, terminated, truncated, info = env.step(action)
+                _require(
+                    low <= reward <= high,
+                    f"reward {reward} outside reward_range {env.reward_range}",
+                )
+                _require(isinstance(info["success"], bool), "info['success'] must be bool")
+                _require(
+                    info["steps_left"] == env.max_steps - step - 1,
+                    "steps_left must count down by one per valid action",
+                )
+                if terminated or truncated:
+                    break
+            _require(terminated or truncated, "the episode must end within max_steps actions")
+
+
+CHECKS: dict[str, Callable[[TextEnv, list[int]], None]] = {
+    "attributes": check_attributes,
+    "reset": check_reset,
+    "step shapes": check_step_shapes,
+    "case-insensitive actions": check_case_insensitive,
+    "invalid actions": check_invalid_actions,
+    "determinism": check_determinism,
+    "random agent": check_random_agent,
+}
+
+
+def check_env(env: TextEnv, seeds: list[int] | None = None) -> list[str]:
+    """Run every check on `env`; raise EnvCheckError on the first broken rule.
+
+    Returns the names of the checks, all passed.
+    """
+    _require(isinstance(env, TextEnv), f"{type(env).__name__} does not subclass TextEnv")
+    seeds = list(seeds) if seeds is not None else [0, 1, 2, 10000]
+    for check in CHECKS.values():
+        check(env, seeds)
+    return list(CHECKS)

@@ -1,0 +1,143 @@
+"""Env registry: ids -> constructors, `make(id, **kwargs)`, and third-party entry points.
+
+Third-party packages register envs through the entry-point group `starpo.envs`; the
+entry-point name is the env id and its value the env class (or any factory), e.g. in
+pyproject.toml:
+
+    [project.entry-points."starpo.envs"]
+    my-maze = "my_package.maze:MazeEnv"
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any
+
+from starpo.envs.base import TextEnv
+from starpo.errors import UserError, closest_match
+
+ENTRY_POINT_GROUP = "starpo.envs"
+
+
+@dataclass
+class EnvSpec:
+    """How to build one env id: a constructor plus default keyword arguments."""
+
+    id: str
+    entry_point: str | Callable[..., TextEnv]  # "module:attr" or a callable
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+    def load(self) -> Callable[..., TextEnv]:
+        """The constructor, importing its module on first use."""
+        if callable(self.entry_point):
+            return self.entry_point
+        module_name, _, attr = self.entry_point.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not module_name.startswith(exc.name):
+                raise  # a module that exists failed its own imports: a bug, not a user error
+            raise UserError(
+                f"env {self.id!r}: cannot load {self.entry_point!r} (no module {exc.name!r}); "
+                "install the package that provides it"
+            ) from exc
+        if not hasattr(module, attr):
+            raise UserError(
+                f"env {self.id!r}: module {module_name!r} has no {attr!r}; fix the entry point"
+            )
+        return getattr(module, attr)
+
+    def summary(self) -> str:
+        """The one-line description: the spec's own, else the class's."""
+        if self.description:
+            return self.description
+        constructor = self.load()
+        return getattr(constructor, "description", "") or (constructor.__doc__ or "").strip()
+
+
+_REGISTRY: dict[str, EnvSpec] = {}
+_entry_points_loaded = False
+
+
+def register(
+    id: str,
+    entry_point: str | Callable[..., TextEnv],
+    *,
+    kwargs: dict[str, Any] | None = None,
+    description: str = "",
+    overwrite: bool = False,
+) -> EnvSpec:
+    """Register an env id. Re-registering an id needs `overwrite=True`."""
+    if not id or not isinstance(id, str):
+        raise UserError(f"env id must be a non-empty string, got {id!r}")
+    if id in _REGISTRY and not overwrite:
+        raise UserError(f"env id {id!r} is already registered; pass overwrite=True to replace it")
+    spec = EnvSpec(
+        id=id, entry_point=entry_point, kwargs=dict(kwargs or {}), description=description
+    )
+    _REGISTRY[id] = spec
+    return spec
+
+
+def _load_entry_points() -> None:
+    """Register envs that installed packages declare in the `starpo.envs` group (once)."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name not in _REGISTRY:
+            register(ep.name, ep.value)
+
+
+def registered_ids() -> list[str]:
+    """All known env ids, sorted."""
+    _load_entry_points()
+    return sorted(_REGISTRY)
+
+
+def spec(id: str) -> EnvSpec:
+    """The spec of `id`; an unknown id is a UserError naming the known ids and the closest."""
+    _load_entry_points()
+    if id in _REGISTRY:
+        return _REGISTRY[id]
+    known = registered_ids()
+    suggestion = closest_match(str(id), known)
+    hint = f" Did you mean {suggestion!r}?" if suggestion else ""
+    raise UserError(f"unknown env id {id!r}.{hint} Known ids: {', '.join(known)}")
+
+
+def make(id: str, **kwargs: Any) -> TextEnv:
+    """Build the env registered as `id`; keyword arguments override the spec's defaults."""
+    env_spec = spec(id)
+    constructor = env_spec.load()
+    _check_kwargs(id, constructor, kwargs)
+    env = constructor(**{**env_spec.kwargs, **kwargs})
+    env.spec = env_spec  # type: ignore[attr-defined]
+    return env
+
+
+def accepted_kwargs(constructor: Callable[..., Any]) -> list[str] | None:
+    """Keyword arguments the constructor accepts, or None when it takes **kwargs."""
+    params = inspect.signature(constructor).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def _check_kwargs(id: str, constructor: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+    accepted = accepted_kwargs(constructor)
+    if accepted is None:
+        return
+    for name in kwargs:
+        if name not in accepted:
+            suggestion = closest_match(name, accepted)
+            hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
+            raise UserError(
+                f"env {id!r} has no argument {name!r}{hint}; accepted: {', '.join(accepted)}"
+            )

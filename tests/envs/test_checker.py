@@ -1,0 +1,109 @@
+"""check_env passes on every registered env and catches envs that break the contract."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from starpo.envs import TextEnv, check_env, make, registered_ids
+from starpo.envs.checker import EnvCheckError
+
+
+@pytest.mark.parametrize("env_id", registered_ids())
+def test_every_registered_env_passes_the_checker(env_id: str):
+    passed = check_env(make(env_id))
+    assert "determinism" in passed and "invalid actions" in passed
+
+
+class CounterEnv(TextEnv):
+    """A correct minimal env; subclasses below each break one rule."""
+
+    description = "count up to three"
+    action_names = ("Inc", "Stay")
+    instruction = "Press Inc three times."
+    legend = {"n": "the counter"}
+    reward_range = (0.0, 1.0)
+
+    def __init__(self) -> None:
+        super().__init__(max_steps=5)
+        self.count = 0
+        self.noise = 0
+
+    def _reset(self, options: dict[str, Any]) -> dict[str, Any]:
+        self.count = 0
+        self.noise = int(self.np_random.integers(0, 100))
+        return {}
+
+    def _step(self, action_index: int) -> tuple[float, bool, bool, dict[str, Any]]:
+        if action_index == 0:
+            self.count += 1
+        done = self.count >= 3
+        return (1.0 if done else 0.0), done, action_index == 0, {}
+
+    def render(self) -> str:
+        return f"n={self.count} noise={self.noise}"
+
+    def snapshot(self) -> Any:
+        return (self.count, self.noise)
+
+    def is_success(self) -> bool:
+        return self.count >= 3
+
+
+class NondeterministicEnv(CounterEnv):
+    def _reset(self, options: dict[str, Any]) -> dict[str, Any]:
+        import random
+
+        self.count = 0
+        self.noise = random.randrange(10**9)  # ignores the env's own seeded generator
+        return {}
+
+
+class RewardOutOfRangeEnv(CounterEnv):
+    def _step(self, action_index: int) -> tuple[float, bool, bool, dict[str, Any]]:
+        reward, done, effective, info = super()._step(action_index)
+        return reward * 5, done, effective, info
+
+
+class RaisingActionEnv(CounterEnv):
+    def action_index(self, action: Any) -> int | None:
+        return self.action_names.index(action)  # raises on unknown names
+
+
+class StatefulInvalidEnv(CounterEnv):
+    def step(self, action: Any):
+        if self.action_index(action) is None:
+            self.noise += 1  # an invalid action must change nothing
+        return super().step(action)
+
+
+def test_minimal_correct_env_passes():
+    assert len(check_env(CounterEnv())) == 7
+
+
+@pytest.mark.parametrize(
+    ("env_class", "fragment"),
+    [
+        (NondeterministicEnv, "twice gave different initial states"),
+        (RewardOutOfRangeEnv, "outside reward_range"),
+        (RaisingActionEnv, "raised"),
+        (StatefulInvalidEnv, "changed the state"),
+    ],
+)
+def test_checker_catches_broken_envs(env_class: type[TextEnv], fragment: str):
+    with pytest.raises(EnvCheckError, match=fragment):
+        check_env(env_class())
+
+
+def test_checker_rejects_non_textenv():
+    with pytest.raises(EnvCheckError, match="does not subclass TextEnv"):
+        check_env(object())  # type: ignore[arg-type]
+
+
+def test_step_after_episode_end_asks_for_reset():
+    env = make("bandit")
+    env.reset(seed=0)
+    env.step(env.action_names[0])
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(env.action_names[0])

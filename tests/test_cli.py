@@ -1,0 +1,132 @@
+"""End-to-end runs of the `starpo` command (in a subprocess, as a user runs it)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def starpo(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "starpo", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_envs_lists_ids_with_descriptions():
+    result = starpo("envs")
+    assert result.returncode == 0
+    lines = result.stdout.strip().splitlines()
+    ids = [line.split()[0] for line in lines]
+    assert {"bandit", "frozenlake", "sokoban", "sokoban-large"} <= set(ids)
+    assert all(len(line.split()) > 2 for line in lines)
+
+
+def test_check_env_passes():
+    result = starpo("check-env", "frozenlake")
+    assert result.returncode == 0, result.stderr
+    assert "PASS" in result.stdout
+
+
+def test_unknown_env_is_one_line_error_with_exit_2():
+    for args in (
+        ("check-env", "sokobann"),
+        (
+            "eval",
+            "--env",
+            "frozenlak",
+            "--policy",
+            "random",
+            "--episodes",
+            "2",
+            "--out",
+            "/tmp/unused-starpo",
+        ),
+    ):
+        result = starpo(*args)
+        assert result.returncode == 2
+        assert "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert "Did you mean" in result.stderr
+
+
+def test_wrong_env_argument_is_one_line_error():
+    result = starpo("check-env", "frozenlake", "--env-arg", "sise=6")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "'sise'" in result.stderr and "size" in result.stderr
+
+
+def test_bad_argument_value_is_one_line_error():
+    result = starpo("check-env", "frozenlake", "--env-arg", "p_frozen=1.7")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "p_frozen" in result.stderr
+
+
+def test_eval_writes_summary_and_trajectories(tmp_path: Path):
+    for policy in ("solver", "random"):
+        out = tmp_path / policy
+        result = starpo(
+            "eval",
+            "--env",
+            "sokoban",
+            "--policy",
+            policy,
+            "--episodes",
+            "12",
+            "--out",
+            str(out),
+            "--quiet",
+        )
+        assert result.returncode == 0, result.stderr
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["num_episodes"] == 12
+        assert {"success_rate", "mean_reward", "success_rate_ci95"} <= set(summary)
+        lines = (out / "trajectories.jsonl").read_text().splitlines()
+        assert len(lines) == 12
+        seeds = [json.loads(line)["seed"] for line in lines]
+        assert seeds == list(range(123, 135))
+        if policy == "solver":
+            # Every generated level is solvable within the budget, so the solver always wins.
+            assert summary["success_rate"] == 1.0 and summary["optimal_success_rate"] == 1.0
+    random_summary = json.loads((tmp_path / "random" / "summary.json").read_text())
+    assert random_summary["success_rate"] < 1.0
+
+
+def test_eval_frozenlake_solver_beats_random(tmp_path: Path):
+    rates = {}
+    for policy in ("solver", "random"):
+        out = tmp_path / policy
+        result = starpo(
+            "eval",
+            "--env",
+            "frozenlake",
+            "--policy",
+            policy,
+            "--episodes",
+            "200",
+            "--out",
+            str(out),
+            "--quiet",
+        )
+        assert result.returncode == 0, result.stderr
+        rates[policy] = json.loads((out / "summary.json").read_text())["success_rate"]
+    assert rates["solver"] > rates["random"] + 0.15
+
+
+def test_play_reads_actions_from_stdin():
+    result = starpo("play", "bandit", "--seed", "3", stdin="pull the lever\nDragon\n")
+    assert result.returncode == 0, result.stderr
+    assert "not an action" in result.stdout
+    assert "You pulled Dragon" in result.stdout
+    assert "SUCCESS" in result.stdout
+
+
+def test_play_quits_on_eof():
+    result = starpo("play", "sokoban", "--seed", "3", stdin="up\n")
+    assert result.returncode == 0
+    assert "stopped." in result.stdout

@@ -1,0 +1,50 @@
+"""Wilson interval against a naive reference; episode records round-trip through JSON."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from starpo.envs import make
+from starpo.envs.policies import make_policy
+from starpo.errors import UserError
+from starpo.evaluation import run_episode, summarise, wilson_interval
+from starpo.types import Episode
+
+
+def naive_wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson bounds as the roots of (p_hat - p)^2 = z^2 p (1 - p) / n, solved directly."""
+    p_hat = k / n
+    a = 1 + z * z / n
+    b = -(2 * p_hat + z * z / n)
+    c = p_hat * p_hat
+    disc = math.sqrt(b * b - 4 * a * c)
+    return ((-b - disc) / (2 * a), (-b + disc) / (2 * a))
+
+
+@pytest.mark.parametrize(("k", "n"), [(0, 10), (10, 10), (3, 10), (50, 100), (1, 256), (200, 256)])
+def test_wilson_interval_matches_quadratic_roots(k: int, n: int):
+    low, high = wilson_interval(k, n)
+    ref_low, ref_high = naive_wilson(k, n)
+    assert low == pytest.approx(max(0.0, ref_low), abs=1e-12)
+    assert high == pytest.approx(min(1.0, ref_high), abs=1e-12)
+    assert low <= k / n <= high
+
+
+def test_episode_json_round_trip_and_summary():
+    env = make("sokoban")
+    episode = run_episode(
+        env, make_policy("solver"), seed=123, env_id="sokoban", policy_name="solver"
+    )
+    assert episode.success and episode.optimal_success_prob == 1.0
+    again = Episode.from_json(episode.to_json())
+    assert again == episode
+    summary = summarise([episode])
+    assert summary["success_rate"] == 1.0 and summary["valid_action_rate"] == 1.0
+    assert summary["mean_reward"] == pytest.approx(episode.total_reward)
+
+
+def test_unknown_policy_is_a_user_error():
+    with pytest.raises(UserError, match="random, solver"):
+        make_policy("greedy")
