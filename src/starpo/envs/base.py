@@ -77,6 +77,11 @@ class TextEnv(ABC):
 
     # ------------------------------------------------------------------- public API
     @property
+    def done(self) -> bool:
+        """Whether the episode has ended (or not started): step() needs a reset() first."""
+        return self._done
+
+    @property
     def steps_left(self) -> int:
         return self.max_steps - self.num_steps
 

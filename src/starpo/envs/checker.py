@@ -201,6 +201,11 @@ def check_env(env: TextEnv, seeds: list[int] | None = None) -> list[str]:
     """
     _require(isinstance(env, TextEnv), f"{type(env).__name__} does not subclass TextEnv")
     seeds = list(seeds) if seeds is not None else [0, 1, 2, 10000]
-    for check in CHECKS.values():
-        check(env, seeds)
+    for name, check in CHECKS.items():
+        try:
+            check(env, seeds)
+        except EnvCheckError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - report which check the env crashed in
+            raise EnvCheckError(f"check {name!r}: the env raised {exc!r}") from exc
     return list(CHECKS)
