@@ -26,7 +26,9 @@ def show_episode(env_id: str, policy_name: str, seed: int = DEMO_SEED) -> bool:
         print(step.observation)
     verdict = "SUCCESS" if episode.success else "failure"
     total = episode.total_reward
-    print(f"=> {verdict} after {episode.num_actions} actions, total reward {total:+g}\n")
+    odds = episode.optimal_success_prob
+    chance = "" if odds is None else f" (an optimal policy succeeds w.p. {odds:.2f} here)"
+    print(f"=> {verdict} after {episode.num_actions} actions, total reward {total:+g}{chance}\n")
     return episode.success
 
 

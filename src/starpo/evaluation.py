@@ -59,11 +59,17 @@ def play_episodes(
     seed_start: int = VALIDATION_SEED_START,
     env_kwargs: dict[str, Any] | None = None,
 ) -> Iterator[Episode]:
-    """Episodes on seeds seed_start, seed_start + 1, ... (one env, one policy)."""
+    """Episodes on seeds seed_start, seed_start + 1, ... (one env, one policy).
+
+    The env and policy are built before returning, so bad input fails before any episode.
+    """
     env = make(env_id, **(env_kwargs or {}))
     policy = make_policy(policy_name, seed=seed_start)
-    for seed in range(seed_start, seed_start + num_episodes):
-        yield run_episode(env, policy, seed=seed, env_id=env_id, policy_name=policy_name)
+    seeds = range(seed_start, seed_start + num_episodes)
+    return (
+        run_episode(env, policy, seed=seed, env_id=env_id, policy_name=policy_name)
+        for seed in seeds
+    )
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
