@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -62,25 +63,17 @@ def cmd_play(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from starpo.evaluation import play_episodes, summarise, write_results
 
     if args.episodes < 1:
         raise UserError(f"--episodes must be at least 1, got {args.episodes}")
     env_kwargs = _parse_env_args(args.env_arg)
+    if args.policy == "model":
+        return _eval_model(args, env_kwargs)
     episodes_iter = play_episodes(
         args.env, args.policy, args.episodes, seed_start=args.seed_start, env_kwargs=env_kwargs
     )
-    episodes = list(
-        tqdm(
-            episodes_iter,
-            total=args.episodes,
-            desc=f"eval {args.env}",
-            unit="ep",
-            disable=args.quiet,
-        )
-    )
+    episodes = list(_progress(episodes_iter, args, total=args.episodes))
     summary = {
         "env": args.env,
         "policy": args.policy,
@@ -92,6 +85,111 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(format_summary(summary))
     print(f"wrote {out / 'summary.json'} and {out / 'trajectories.jsonl'}")
     return 0
+
+
+def _progress(iterable: Any, args: argparse.Namespace, total: int) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(iterable, total=total, desc=f"eval {args.env}", unit="ep", disable=args.quiet)
+
+
+def _check_model_eval_args(args: argparse.Namespace) -> None:
+    if args.temperature < 0:
+        raise UserError(f"--temperature must be >= 0 (0 = greedy), got {args.temperature}")
+    if not 0 < args.top_p <= 1:
+        raise UserError(f"--top-p must lie in (0, 1], got {args.top_p}")
+    for flag in (
+        "samples_per_seed",
+        "batch_size",
+        "max_turns",
+        "max_new_tokens",
+        "max_actions_per_turn",
+        "max_actions_per_traj",
+    ):
+        if getattr(args, flag) < 1:
+            raise UserError(f"--{flag.replace('_', '-')} must be at least 1")
+
+
+def _eval_model(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
+    from starpo.envs import make
+    from starpo.envs.policies import has_solver
+    from starpo.evaluation import play_episodes, summarise, write_results
+    from starpo.rollout.engine import RolloutSettings
+    from starpo.rollout.evaluate import evaluate_model
+
+    _check_model_eval_args(args)
+    settings = RolloutSettings(
+        max_turns=args.max_turns,
+        max_actions_per_turn=args.max_actions_per_turn,
+        max_actions_per_traj=args.max_actions_per_traj,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        think=not args.no_think,
+    )
+    seeds = list(range(args.seed_start, args.seed_start + args.episodes))
+    with _progress(None, args, total=len(seeds) * args.samples_per_seed) as bar:
+        result, summary = evaluate_model(
+            args.env,
+            args.model,
+            seeds,
+            settings,
+            samples_per_seed=args.samples_per_seed,
+            batch_size=args.batch_size,
+            device=args.device,
+            seed=args.seed_start,
+            env_kwargs=env_kwargs,
+            on_batch=bar.update,
+        )
+    summary = {
+        "env": args.env,
+        "policy": "model",
+        "model": args.model,
+        "seed_start": args.seed_start,
+        "settings": asdict(settings),
+        **summary,
+    }
+    # Reference policies on the same seeds, for the comparison table.
+    baselines = ["random", "solver"] if has_solver(make(args.env, **env_kwargs)) else ["random"]
+    summary["baselines"] = {
+        name: summarise(
+            list(
+                play_episodes(
+                    args.env, name, args.episodes, seed_start=args.seed_start, env_kwargs=env_kwargs
+                )
+            )
+        )
+        for name in baselines
+    }
+    out = Path(args.out)
+    write_results(out, result.trajectories, summary)
+    print(format_comparison(summary))
+    print(f"wrote {out / 'summary.json'} and {out / 'trajectories.jsonl'}")
+    return 0
+
+
+def format_comparison(summary: dict[str, Any]) -> str:
+    """The model beside the reference policies on the same seeds, then the model's details."""
+    rows = [("model", summary)] + list(summary["baselines"].items())
+    lines = [
+        f"{summary['env']}: {summary['num_episodes']} episodes, model {summary['model']}",
+        f"{'policy':<8}{'success':>9}  {'95% CI':<17}{'reward':>8}{'valid':>8}",
+    ]
+    for name, s in rows:
+        low, high = s["success_rate_ci95"]
+        lines.append(
+            f"{name:<8}{s['success_rate']:>9.1%}  {f'{low:.1%} - {high:.1%}':<17}"
+            f"{s['mean_reward']:>8.3f}{s['valid_action_rate']:>8.1%}"
+        )
+    passes = "  ".join(f"{k} {v:.1%}" for k, v in summary.items() if k.startswith("pass@"))
+    lines += [
+        f"model: {passes}; format ok {summary['format_ok_rate']:.1%} of turns; "
+        f"{summary['mean_turns']:.2f} turns/episode",
+        f"model: {summary['mean_response_tokens']:.1f} response tokens/turn, "
+        f"{summary['mean_think_tokens']:.1f} think tokens/turn, "
+        f"{summary['generation_tokens_per_s']:.1f} generated tokens/s",
+    ]
+    return "\n".join(lines)
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -109,6 +207,49 @@ def format_summary(summary: dict[str, Any]) -> str:
         ("optimal success", "n/a" if optimal is None else f"{optimal:.1%}"),
     ]
     return "\n".join(f"{name:<16}{value}" for name, value in rows)
+
+
+def _add_model_eval_args(p: argparse.ArgumentParser) -> None:
+    """Options of `--policy model` (defaults: REFERENCE.md's evaluation settings)."""
+    from starpo.defaults import DEFAULT_MODEL
+
+    g = p.add_argument_group("model policy (--policy model)")
+    g.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help=f"model name, local folder or hub id (default {DEFAULT_MODEL})",
+    )
+    g.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    g.add_argument(
+        "--temperature",
+        type=float,
+        default=0.5,
+        help="sampling temperature, 0 = greedy (default 0.5)",
+    )
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1)")
+    g.add_argument(
+        "--samples-per-seed",
+        type=int,
+        default=1,
+        help="episodes per seed; pass@k is reported for k up to this (default 1)",
+    )
+    g.add_argument(
+        "--batch-size", type=int, default=32, help="episodes generated together (default 32)"
+    )
+    g.add_argument("--max-turns", type=int, default=5, help="turns per episode (default 5)")
+    g.add_argument("--max-actions-per-turn", type=int, default=5, help="(default 5)")
+    g.add_argument("--max-actions-per-traj", type=int, default=10, help="(default 10)")
+    g.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=400,
+        help="token budget of one turn's response (default 400)",
+    )
+    g.add_argument(
+        "--no-think",
+        action="store_true",
+        help="answer without a <think> block (prompt ends with <answer>)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -137,10 +278,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--policy",
         required=True,
-        choices=["random", "solver"],
-        help="random: uniform actions; solver: the optimal policy",
+        choices=["random", "solver", "model"],
+        help="random: uniform actions; solver: the optimal policy; model: an LLM (--model)",
     )
-    p.add_argument("--episodes", type=int, default=100, help="number of episodes (default 100)")
+    p.add_argument(
+        "--episodes", type=int, default=100, help="number of validation seeds (default 100)"
+    )
     p.add_argument("--out", required=True, help="output folder for summary.json and trajectories")
     p.add_argument(
         "--seed-start",
@@ -150,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help=env_arg_help)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_model_eval_args(p)
     p.set_defaults(func=cmd_eval)
     return parser
 

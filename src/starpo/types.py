@@ -58,3 +58,72 @@ class Episode:
         record.pop("num_actions", None)
         record["steps"] = [EnvStep(**step) for step in record.get("steps", [])]
         return cls(**record)
+
+
+@dataclass
+class Turn:
+    """One agent turn of an LLM rollout: what it saw, said and did, and what it earned."""
+
+    state: str  # the env observation the turn started from
+    response: str  # the agent's text, including the generation prefix (e.g. "<think>")
+    think: str  # parsed reasoning ("" when missing or malformed)
+    actions: list[str]  # parsed actions (at most max_actions_per_turn)
+    executed: list[str]  # canonical names of the actions the env accepted
+    format_ok: bool
+    env_reward: float  # sum of the env's step rewards (what is logged)
+    reward: float  # env_reward plus the format penalty (what is trained on)
+    num_valid: int = 0
+    num_effective: int = 0
+    num_invalid: int = 0
+    response_tokens: int = 0
+    think_tokens: int = 0
+    finish_reason: str = "stop"  # "stop" or "length" (hit the per-turn token budget)
+
+
+@dataclass
+class Trajectory:
+    """A multi-turn LLM episode, token by token, as training needs it.
+
+    `token_ids` is the whole dialogue exactly as the policy saw and produced it; `loss_mask`
+    is 1 on the agent's generated tokens only; `logprobs` holds their log-probs under the
+    sampling policy (0 elsewhere); `turn_ends` indexes each turn's last generated token.
+    """
+
+    env_id: str
+    seed: int
+    group: int  # rollouts of one group share the seed (the same initial state)
+    messages: list[dict[str, str]] = field(default_factory=list)  # OpenAI chat format
+    turns: list[Turn] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    turn_ends: list[int] = field(default_factory=list)
+    success: bool = False
+    done: bool = False  # the env ended the episode (vs. turn/action limits)
+    final_state: str = ""  # the env observation after the last turn
+
+    @property
+    def reward(self) -> float:
+        """Training reward: env rewards plus format penalties."""
+        return sum(t.reward for t in self.turns)
+
+    @property
+    def env_reward(self) -> float:
+        return sum(t.env_reward for t in self.turns)
+
+    @property
+    def num_actions(self) -> int:
+        return sum(t.num_valid + t.num_invalid for t in self.turns)
+
+    def to_json(self) -> str:
+        record = asdict(self)
+        record.update(reward=self.reward, env_reward=self.env_reward, num_actions=self.num_actions)
+        return json.dumps(record, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, line: str) -> Trajectory:
+        record: dict[str, Any] = json.loads(line)
+        for derived in ("reward", "env_reward", "num_actions"):
+            record.pop(derived, None)
+        record["turns"] = [Turn(**turn) for turn in record.get("turns", [])]
+        return cls(**record)

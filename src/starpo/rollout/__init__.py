@@ -1,0 +1,29 @@
+"""Multi-turn rollouts: prompts, parsing, batched generation with KV-cache reuse.
+
+from starpo.models import load_model
+from starpo.rollout import HFBackend, RolloutEngine, RolloutSettings
+
+model, tokenizer = load_model()
+engine = RolloutEngine(HFBackend(model, pad_token_id=tokenizer.pad_token_id), tokenizer,
+                       RolloutSettings(temperature=1.0))
+trajectories = engine.run("sokoban", seeds=[10000, 10001], group_size=4)
+"""
+
+from __future__ import annotations
+
+from starpo.rollout.backend import Generation, GenerationBackend, GenerationRequest, SamplingParams
+from starpo.rollout.engine import RolloutEngine, RolloutSettings
+from starpo.rollout.hf_backend import HFBackend
+from starpo.rollout.parser import ParsedTurn, parse_turn
+
+__all__ = [
+    "Generation",
+    "GenerationBackend",
+    "GenerationRequest",
+    "HFBackend",
+    "ParsedTurn",
+    "RolloutEngine",
+    "RolloutSettings",
+    "SamplingParams",
+    "parse_turn",
+]

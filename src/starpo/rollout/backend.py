@@ -1,0 +1,63 @@
+"""The generation interface: token ids in, token ids and log-probs out.
+
+The rollout engine talks only to this interface, so a vLLM or remote backend can replace the
+Hugging Face one without touching rollout logic. A backend keeps per-episode state between
+calls ("sessions": the KV cache), so each turn only sends the new observation tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one turn's response."""
+
+    max_new_tokens: int
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0
+    stop_token_ids: tuple[int, ...] = ()  # e.g. <|im_end|>; the stop token is kept
+    stop_sequences: tuple[tuple[int, ...], ...] = ()  # e.g. the tokens of "</answer>"
+
+
+@dataclass
+class GenerationRequest:
+    """Append `new_token_ids` to session `session`'s sequence, then generate."""
+
+    session: int
+    new_token_ids: list[int]
+
+
+@dataclass
+class Generation:
+    """One session's response to one request."""
+
+    token_ids: list[int]
+    logprobs: list[float]  # log-prob of each generated token under the sampling distribution
+    finish_reason: Literal["stop", "length"]
+    stop_ids: list[int] = field(default_factory=list)  # the stop token/sequence that ended it
+
+
+class GenerationBackend(Protocol):
+    """What the rollout engine needs from a policy."""
+
+    def generate(
+        self, requests: list[GenerationRequest], params: SamplingParams
+    ) -> list[Generation]:
+        """Generate for every request in one batch; results in request order.
+
+        A session seen for the first time starts an empty sequence. All new sessions must be
+        started in the same call (a batch of episodes starts together).
+        """
+        ...
+
+    def release(self, sessions: Iterable[int]) -> None:
+        """Forget finished sessions (free their caches)."""
+        ...
+
+    def reset(self) -> None:
+        """Forget all sessions."""
+        ...

@@ -1,0 +1,207 @@
+"""The multi-turn rollout engine: env groups x group size, one batched generation per turn.
+
+Token-in, token-out: each trajectory's `token_ids` are exactly the fed-in chunks plus the
+generated tokens, never a re-tokenisation of decoded text, and the backend keeps every
+episode's KV cache, so a turn only encodes the new observation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starpo.envs import TextEnv, make
+from starpo.models import stop_token_ids
+from starpo.rollout import prompts
+from starpo.rollout.backend import (
+    Generation,
+    GenerationBackend,
+    GenerationRequest,
+    SamplingParams,
+)
+from starpo.rollout.chat import ChatTokens
+from starpo.rollout.parser import parse_turn
+from starpo.types import Trajectory, Turn
+
+ANSWER_CLOSE_VARIANTS = ("</answer>", " </answer>")
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """Limits and sampling of a rollout (REFERENCE.md defaults)."""
+
+    max_turns: int = 5
+    max_actions_per_turn: int = 5
+    max_actions_per_traj: int = 10
+    max_new_tokens: int = 400  # per-turn token budget
+    max_response_words: int = 100  # the length the prompt asks for
+    temperature: float = 1.0
+    top_p: float = 1.0
+    think: bool = True
+    format_penalty: float = -0.1
+    stop_at_answer: bool = True  # stop a turn at "</answer>" (the rest would be ignored)
+
+
+@dataclass
+class _Episode:
+    env: TextEnv
+    session: int
+    trajectory: Trajectory
+    state: str
+    actions_used: int = 0
+    last_env_reward: float = 0.0
+    stop_text: str = ""
+    finished: bool = False
+    turn: int = 0
+
+
+class RolloutEngine:
+    """Plays groups of episodes with a generation backend and records trajectories."""
+
+    def __init__(self, backend: GenerationBackend, tokenizer: Any, settings: RolloutSettings):
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.settings = settings
+        self.prefix = prompts.generation_prefix(settings.think)
+        self.chat = ChatTokens(tokenizer, self.prefix)
+        self.generation_seconds = 0.0  # time spent in the backend, summed over runs
+        stops = (
+            tuple(tuple(self.chat.encode(text)) for text in ANSWER_CLOSE_VARIANTS)
+            if settings.stop_at_answer
+            else ()
+        )
+        self.params = SamplingParams(
+            max_new_tokens=settings.max_new_tokens,
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            stop_token_ids=tuple(stop_token_ids(tokenizer)),
+            stop_sequences=stops,
+        )
+
+    def run(
+        self,
+        env_id: str,
+        seeds: list[int],
+        group_size: int,
+        *,
+        env_kwargs: dict[str, Any] | None = None,
+        on_turn: Callable[[int], None] | None = None,
+    ) -> list[Trajectory]:
+        """Play `group_size` episodes from each seed (one env group per seed)."""
+        episodes = self._start(env_id, seeds, group_size, env_kwargs or {})
+        self.backend.reset()
+        for turn in range(1, self.settings.max_turns + 1):
+            active = [e for e in episodes if not e.finished]
+            if not active:
+                break
+            requests = [GenerationRequest(e.session, self._observe(e, turn)) for e in active]
+            started = time.perf_counter()
+            generations = self.backend.generate(requests, self.params)
+            self.generation_seconds += time.perf_counter() - started
+            for episode, generation in zip(active, generations, strict=True):
+                self._act(episode, generation)
+            self.backend.release(e.session for e in active if e.finished)
+            if on_turn is not None:
+                on_turn(turn)
+        self.backend.reset()
+        for episode in episodes:
+            episode.trajectory.success = episode.env.is_success()
+            episode.trajectory.final_state = episode.state
+        return [e.trajectory for e in episodes]
+
+    # ------------------------------------------------------------------------ steps
+    def _start(
+        self, env_id: str, seeds: list[int], group_size: int, env_kwargs: dict[str, Any]
+    ) -> list[_Episode]:
+        episodes = []
+        for group, seed in enumerate(seeds):
+            for _ in range(group_size):
+                env = make(env_id, **env_kwargs)
+                state, _ = env.reset(seed=seed)
+                trajectory = Trajectory(env_id=env_id, seed=seed, group=group)
+                episodes.append(_Episode(env, len(episodes), trajectory, state))
+        return episodes
+
+    def _actions_left(self, episode: _Episode) -> int:
+        return min(
+            self.settings.max_actions_per_traj - episode.actions_used, episode.env.steps_left
+        )
+
+    def _observe(self, episode: _Episode, turn: int) -> list[int]:
+        """The user message of this turn, appended to the trajectory as masked tokens."""
+        s, traj = self.settings, episode.trajectory
+        common = dict(
+            actions_left=self._actions_left(episode),
+            think=s.think,
+            max_response_words=s.max_response_words,
+        )
+        if turn == 1:
+            user = prompts.first_user_message(
+                episode.env, episode.state, max_actions_per_turn=s.max_actions_per_turn, **common
+            )
+            traj.messages.append({"role": "system", "content": prompts.SYSTEM_PROMPT})
+            ids = self.chat.first_prompt(prompts.SYSTEM_PROMPT, user)
+        else:
+            user = prompts.next_user_message(turn, episode.last_env_reward, episode.state, **common)
+            ids = self.chat.next_turn(user, episode.stop_text)
+        traj.messages.append({"role": "user", "content": user})
+        traj.token_ids.extend(ids)
+        traj.loss_mask.extend([0] * len(ids))
+        traj.logprobs.extend([0.0] * len(ids))
+        episode.turn = turn
+        return ids
+
+    def _act(self, episode: _Episode, generation: Generation) -> None:
+        """Record the generated tokens, parse them, step the env, score the turn."""
+        s, traj = self.settings, episode.trajectory
+        token_ids, stop_ids = generation.token_ids, generation.stop_ids
+        traj.token_ids.extend(token_ids)
+        traj.loss_mask.extend([1] * len(token_ids))
+        traj.logprobs.extend(generation.logprobs)
+        traj.turn_ends.append(len(traj.token_ids) - 1)
+        text = self.prefix + self.tokenizer.decode(token_ids, skip_special_tokens=True)
+        parsed = parse_turn(text, think=s.think, max_actions=s.max_actions_per_turn)
+        turn = Turn(
+            state=episode.state,
+            response=text,
+            think=parsed.think,
+            actions=list(parsed.actions),
+            executed=[],
+            format_ok=parsed.format_ok,
+            env_reward=0.0,
+            reward=0.0,
+            response_tokens=len(token_ids),
+            think_tokens=len(self.chat.encode(parsed.think)) if parsed.think else 0,
+            finish_reason=generation.finish_reason,
+        )
+        env_done = self._execute(episode, turn, list(parsed.actions))
+        penalty = s.format_penalty if (not parsed.format_ok or turn.num_invalid) else 0.0
+        turn.reward = turn.env_reward + penalty
+        traj.turns.append(turn)
+        traj.messages.append({"role": "assistant", "content": text})
+        ended_by_stop_token = bool(stop_ids) and stop_ids[-1] in self.params.stop_token_ids
+        episode.stop_text = self.tokenizer.decode(stop_ids) if ended_by_stop_token else ""
+        episode.last_env_reward = turn.env_reward
+        traj.done = env_done
+        episode.finished = (
+            env_done or self._actions_left(episode) <= 0 or episode.turn >= s.max_turns
+        )
+
+    def _execute(self, episode: _Episode, turn: Turn, actions: list[str]) -> bool:
+        """Apply the turn's actions within the budget; return whether the env ended."""
+        for action in actions[: max(self._actions_left(episode), 0)]:
+            state, reward, terminated, truncated, info = episode.env.step(action)
+            episode.actions_used += 1
+            episode.state = state
+            turn.env_reward += reward
+            if info["action_is_valid"]:
+                turn.num_valid += 1
+                turn.executed.append(info["action"])
+                turn.num_effective += int(info["action_is_effective"])
+            else:
+                turn.num_invalid += 1
+            if terminated or truncated:
+                return True
+        return False

@@ -1,0 +1,196 @@
+"""Batched generation with a Hugging Face causal LM, keeping each episode's KV cache.
+
+All sessions of a batch share one cache tensor per layer. Sequences have different lengths, so
+chunks are left-padded and padding becomes "holes" in the attention mask (mask 0); position
+ids count only real tokens (cumsum of the mask), so a sequence sees exactly the positions it
+would see alone. A token sampled at the end of a turn is fed at the start of the next call.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from starpo.rollout.backend import Generation, GenerationRequest, SamplingParams
+
+
+def sample_tokens(
+    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row; return (tokens, log-probs under the temperature-scaled
+    distribution). logits: (B, V). temperature 0 = greedy (log-probs at temperature 1)."""
+    logits = logits.float()
+    if temperature <= 0:
+        logprobs = torch.log_softmax(logits, dim=-1)
+        tokens = logits.argmax(dim=-1)
+        return tokens, logprobs.gather(-1, tokens[:, None])[:, 0]
+    logprobs = torch.log_softmax(logits / temperature, dim=-1)  # (B, V)
+    probs = logprobs.exp()
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        # Keep the smallest set of tokens whose mass reaches top_p (the first token always).
+        drop = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p
+        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    tokens = torch.multinomial(probs, 1, generator=generator)[:, 0]
+    return tokens, logprobs.gather(-1, tokens[:, None])[:, 0]
+
+
+def ends_with_stop(tokens: list[int], params: SamplingParams) -> list[int] | None:
+    """The stop token or sequence `tokens` ends with, or None."""
+    if tokens and tokens[-1] in params.stop_token_ids:
+        return tokens[-1:]
+    for sequence in params.stop_sequences:
+        if sequence and tokens[-len(sequence) :] == list(sequence):
+            return list(sequence)
+    return None
+
+
+class HFBackend:
+    """`GenerationBackend` over a transformers causal LM (any device, any dtype).
+
+    With `reuse_cache=False` every call re-encodes each session's whole sequence from an
+    empty cache: slower, and used to check that cache reuse changes nothing.
+    """
+
+    def __init__(self, model: Any, *, pad_token_id: int, seed: int = 0, reuse_cache: bool = True):
+        self.model = model
+        self.pad_token_id = pad_token_id
+        self.reuse_cache = reuse_cache
+        self.device = next(model.parameters()).device
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        # transformers 5.x renamed `past_key_values` to `cache`; accept both.
+        params = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self.reset()
+
+    def reset(self) -> None:
+        self._rows: list[int] = []  # row of the batch cache -> session id
+        self._cache: DynamicCache | None = None
+        self._mask = torch.zeros(0, 0, dtype=torch.long, device=self.device)  # (B, T)
+        self._pending: dict[int, list[int]] = {}  # sampled, not yet fed into the cache
+        self._history: dict[int, list[int]] = {}  # every token fed, per session
+
+    def release(self, sessions: Iterable[int]) -> None:
+        gone = set(sessions)
+        for session in gone:
+            self._pending.pop(session, None)
+            self._history.pop(session, None)
+        keep = [s for s in self._rows if s not in gone]
+        if len(keep) != len(self._rows):
+            self._select_rows(keep)
+
+    @torch.no_grad()
+    def generate(
+        self, requests: list[GenerationRequest], params: SamplingParams
+    ) -> list[Generation]:
+        if params.max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be at least 1")
+        sessions = [r.session for r in requests]
+        chunks = []
+        for r in requests:
+            chunk = self._pending.pop(r.session, []) + list(r.new_token_ids)
+            self._history.setdefault(r.session, []).extend(chunk)
+            chunks.append(chunk)
+        if self.reuse_cache:
+            self._align(sessions)
+        else:
+            self._start(sessions)
+            chunks = [list(self._history[s]) for s in sessions]
+        logits = self._feed(chunks)
+        return self._decode(sessions, logits, params)
+
+    # ------------------------------------------------------------------ batch state
+    def _start(self, sessions: list[int]) -> None:
+        self._rows = list(sessions)
+        self._cache = DynamicCache()
+        self._mask = torch.zeros(len(sessions), 0, dtype=torch.long, device=self.device)
+
+    def _align(self, sessions: list[int]) -> None:
+        """Make the cache rows exactly `sessions`, in order."""
+        known = [s in self._rows for s in sessions]
+        if not any(known):
+            self._start(sessions)
+        elif all(known):
+            self._select_rows(sessions)
+        else:
+            raise ValueError("start all sessions of a batch in one generate() call")
+
+    def _select_rows(self, sessions: list[int]) -> None:
+        index = [self._rows.index(s) for s in sessions]
+        if index == list(range(len(self._rows))):
+            return
+        self._rows = list(sessions)
+        if not sessions:
+            self._start([])
+            return
+        self._mask = self._mask[index]
+        if self._cache is not None and self._cache.get_seq_length() > 0:
+            self._cache.batch_select_indices(torch.tensor(index, device=self.device))
+
+    def _forward(self, input_ids: torch.Tensor, new_mask: torch.Tensor) -> torch.Tensor:
+        """Feed (B, L) tokens whose mask is `new_mask`; return the last position's logits."""
+        self._mask = torch.cat([self._mask, new_mask], dim=1)
+        positions = (self._mask.cumsum(dim=1) - 1).clamp(min=0)[:, -input_ids.shape[1] :]
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=self._mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_arg: self._cache},
+        )
+        self._cache = out[self._cache_arg]
+        return out.logits[:, -1]  # (B, V)
+
+    def _feed(self, chunks: list[list[int]]) -> torch.Tensor:
+        """Left-pad the chunks into one (B, L) block so every row's last column is real."""
+        if any(not chunk for chunk in chunks):
+            raise ValueError("every request must bring at least one new token")
+        width = max(len(chunk) for chunk in chunks)
+        ids = torch.full((len(chunks), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros(len(chunks), width, dtype=torch.long)
+        for row, chunk in enumerate(chunks):
+            ids[row, width - len(chunk) :] = torch.tensor(chunk, dtype=torch.long)
+            mask[row, width - len(chunk) :] = 1
+        return self._forward(ids.to(self.device), mask.to(self.device))
+
+    def _decode(
+        self, sessions: list[int], logits: torch.Tensor, params: SamplingParams
+    ) -> list[Generation]:
+        """Sample up to max_new_tokens per row; finished rows feed padding (mask 0)."""
+        n = len(sessions)
+        tokens_out: list[list[int]] = [[] for _ in range(n)]
+        logprobs_out: list[list[float]] = [[] for _ in range(n)]
+        stops: list[list[int] | None] = [None] * n
+        for step in range(params.max_new_tokens):
+            tokens, logprobs = sample_tokens(
+                logits, params.temperature, params.top_p, self.generator
+            )
+            active = [stops[i] is None for i in range(n)]
+            for i in range(n):
+                if active[i]:
+                    tokens_out[i].append(int(tokens[i]))
+                    logprobs_out[i].append(float(logprobs[i]))
+                    stops[i] = ends_with_stop(tokens_out[i], params)
+            if step == params.max_new_tokens - 1 or all(s is not None for s in stops):
+                for i in range(n):
+                    if active[i]:
+                        self._pending[sessions[i]] = [int(tokens[i])]
+                break
+            active_t = torch.tensor(active, device=self.device)
+            feed = torch.where(active_t, tokens, torch.full_like(tokens, self.pad_token_id))
+            for i in range(n):
+                if active[i]:
+                    self._history[sessions[i]].append(int(tokens[i]))
+            logits = self._forward(feed[:, None], active_t.long()[:, None])
+        return [
+            Generation(
+                tokens_out[i], logprobs_out[i], "stop" if stops[i] else "length", stops[i] or []
+            )
+            for i in range(n)
+        ]

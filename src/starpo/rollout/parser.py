@@ -1,0 +1,58 @@
+"""Parse an agent turn: `<think>...</think><answer>A || B</answer>` -> thought and actions.
+
+The parser never raises. A turn is well formed when the whole text is exactly one think block
+(when thinking is on) followed by one answer block holding at least one action; anything else
+is malformed, yields no actions, and earns the format penalty in the rollout.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+ACTION_SEPARATOR = "||"
+TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+
+_THINK_ANSWER = re.compile(r"\s*<think>(.*?)</think>\s*<answer>(.*?)</answer>\s*", re.DOTALL)
+_ANSWER_ONLY = re.compile(r"\s*<answer>(.*?)</answer>\s*", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class ParsedTurn:
+    """What the agent said in one turn."""
+
+    think: str  # the reasoning ("" when absent or malformed)
+    actions: tuple[str, ...]  # at most `max_actions`, stripped, in order
+    format_ok: bool  # the text had the required structure and at least one action
+    num_dropped_actions: int = 0  # actions beyond `max_actions`, ignored
+
+
+MALFORMED = ParsedTurn(think="", actions=(), format_ok=False)
+
+
+def split_actions(answer: str) -> list[str]:
+    """`"Up || left ||"` -> `["Up", "left"]` (empty pieces dropped)."""
+    return [piece.strip() for piece in answer.split(ACTION_SEPARATOR) if piece.strip()]
+
+
+def parse_turn(text: str, *, think: bool = True, max_actions: int = 5) -> ParsedTurn:
+    """Parse one agent turn (the text includes the `<think>` the prompt ended with)."""
+    if not isinstance(text, str):
+        return MALFORMED
+    match = (_THINK_ANSWER if think else _ANSWER_ONLY).fullmatch(text)
+    if match is None:
+        return MALFORMED
+    thought, answer = match.groups() if think else ("", match.group(1))
+    # A tag inside a block means the structure was not the one required (e.g. two answers).
+    if any(tag in thought or tag in answer for tag in TAGS):
+        return MALFORMED
+    actions = split_actions(answer)
+    if not actions:
+        return ParsedTurn(think=thought.strip(), actions=(), format_ok=False)
+    kept = tuple(actions[: max(max_actions, 0)])
+    return ParsedTurn(
+        think=thought.strip(),
+        actions=kept,
+        format_ok=bool(kept),
+        num_dropped_actions=len(actions) - len(kept),
+    )

@@ -1,0 +1,80 @@
+"""Prompt text, as in RAGEN (REFERENCE.md "Prompt layout"): pure functions of env and settings.
+
+system: "You're a helpful assistant."
+user (turn 1): instruction, symbol legend, action list, then the turn block.
+user (turn i > 1): "Reward:\\n<r>" then the turn block.
+turn block: "Turn i:\\nState:\\n<grid>\\nYou have K actions left. Always output: ..."
+"""
+
+from __future__ import annotations
+
+from starpo.envs import TextEnv
+
+SYSTEM_PROMPT = "You're a helpful assistant."
+
+
+def format_instruction(*, think: bool, max_response_words: int) -> str:
+    """The output-format reminder that ends every turn block."""
+    shape = (
+        "<think> [Your thoughts] </think> <answer> [your answer] </answer>"
+        if think
+        else ("<answer> [your answer] </answer>")
+    )
+    return (
+        f"Always output: {shape} with no extra text. Strictly follow this format. "
+        f"Max response length: {max_response_words} words (tokens)."
+    )
+
+
+def task_description(env: TextEnv, *, max_actions_per_turn: int) -> str:
+    """Instruction, legend and actions: the part of the first user message that never changes."""
+    lines = [env.instruction]
+    if env.legend:
+        lines.append(f"The meaning of each symbol in the state is: {env.legend_text()}")
+    lines.append(
+        f"Your available actions are: {', '.join(env.action_names)}. "
+        f"You can make up to {max_actions_per_turn} actions, separated by {'||'}."
+    )
+    return "\n".join(lines)
+
+
+def turn_block(
+    turn: int, state: str, *, actions_left: int, think: bool, max_response_words: int
+) -> str:
+    """One turn's state and the format reminder."""
+    return (
+        f"Turn {turn}:\nState:\n{state}\nYou have {actions_left} actions left. "
+        + format_instruction(think=think, max_response_words=max_response_words)
+    )
+
+
+def first_user_message(
+    env: TextEnv,
+    state: str,
+    *,
+    max_actions_per_turn: int,
+    actions_left: int,
+    think: bool,
+    max_response_words: int,
+) -> str:
+    """The opening user message: the task, then turn 1."""
+    task = task_description(env, max_actions_per_turn=max_actions_per_turn)
+    block = turn_block(
+        1, state, actions_left=actions_left, think=think, max_response_words=max_response_words
+    )
+    return f"{task}\n{block}"
+
+
+def next_user_message(
+    turn: int, reward: float, state: str, *, actions_left: int, think: bool, max_response_words: int
+) -> str:
+    """The user message after an agent turn: its reward, then the next turn."""
+    block = turn_block(
+        turn, state, actions_left=actions_left, think=think, max_response_words=max_response_words
+    )
+    return f"Reward:\n{reward:g}\n{block}"
+
+
+def generation_prefix(think: bool) -> str:
+    """Text the prompt ends with, so the agent starts inside the right block."""
+    return "<think>" if think else "<answer>"

@@ -1,0 +1,167 @@
+"""The rollout engine: scripted multi-turn episodes, token masks, cache reuse, log-probs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from starpo.envs import make
+from starpo.models import load_tokenizer
+from starpo.rollout.engine import RolloutEngine, RolloutSettings
+from starpo.rollout.hf_backend import HFBackend
+from starpo.types import Trajectory
+
+
+def _full_plan(env) -> list[str]:
+    plan = []
+    while not env.done:
+        action = env.optimal_action()
+        plan.append(action)
+        env.step(action)
+    return plan
+
+
+def test_scripted_solver_policy_plays_multi_turn_sokoban(scripted_backend):
+    """A fake policy that answers with the solver's plan, 2 actions a turn, always wins."""
+    tokenizer = load_tokenizer()
+    seeds = [10000, 10001, 10002]
+    plans = {i: _plan_for(seed) for i, seed in enumerate(seeds)}
+
+    def script(session: int, turn: int) -> str:
+        chunk = plans[session][2 * (turn - 1) : 2 * turn]
+        return f" go </think><answer>{' || '.join(chunk)}</answer><|im_end|>"
+
+    settings = RolloutSettings(max_actions_per_turn=2, max_turns=5, max_actions_per_traj=10)
+    engine = RolloutEngine(scripted_backend(tokenizer, script), tokenizer, settings)
+    trajectories = engine.run("sokoban", seeds, group_size=1)
+    for i, traj in enumerate(trajectories):
+        plan = plans[i]
+        assert traj.success and traj.done
+        assert len(traj.turns) == math.ceil(len(plan) / 2)
+        assert [a for t in traj.turns for a in t.executed] == plan
+        assert all(t.format_ok and t.num_invalid == 0 for t in traj.turns)
+        assert traj.env_reward == pytest.approx(10 + 1 - 0.1 * len(plan))
+        assert traj.reward == pytest.approx(traj.env_reward)  # no format penalty
+        assert traj.turns[0].think == "go"
+
+
+def _plan_for(seed: int) -> list[str]:
+    env = make("sokoban")
+    env.reset(seed=seed)
+    return _full_plan(env)
+
+
+def test_format_penalty_and_invalid_actions(scripted_backend):
+    tokenizer = load_tokenizer()
+    replies = {1: "no tags at all<|im_end|>", 2: " x</think><answer>Jump || Up</answer><|im_end|>"}
+    engine = RolloutEngine(
+        scripted_backend(tokenizer, lambda s, t: replies.get(t, replies[1])),
+        tokenizer,
+        RolloutSettings(max_turns=2),
+    )
+    (traj,) = engine.run("sokoban", [10000], group_size=1)
+    first, second = traj.turns
+    assert not first.format_ok and first.reward == pytest.approx(-0.1) and first.executed == []
+    assert second.format_ok and second.num_invalid == 1 and second.executed == ["Up"]
+    assert second.reward == pytest.approx(second.env_reward - 0.1)
+    assert len(traj.turns) == 2 and not traj.done
+
+
+def test_group_members_share_the_seed_and_the_initial_state(scripted_backend):
+    tokenizer = load_tokenizer()
+    engine = RolloutEngine(
+        scripted_backend(tokenizer, lambda s, t: "<|im_end|>"),
+        tokenizer,
+        RolloutSettings(max_turns=1),
+    )
+    trajectories = engine.run("frozenlake", [5, 6], group_size=3)
+    assert [t.group for t in trajectories] == [0, 0, 0, 1, 1, 1]
+    assert [t.seed for t in trajectories] == [5, 5, 5, 6, 6, 6]
+    assert len({t.turns[0].state for t in trajectories[:3]}) == 1
+
+
+def test_token_sequence_is_the_chat_template_and_mask_covers_agent_tokens(scripted_backend):
+    """Fed chunks + generated tokens == the chat template's tokenisation of the messages, and
+    the loss mask selects exactly the agent's generated tokens."""
+    tokenizer = load_tokenizer()
+    reply = " hmm </think><answer>Up || Left</answer><|im_end|>"
+    engine = RolloutEngine(
+        scripted_backend(tokenizer, lambda s, t: reply),
+        tokenizer,
+        RolloutSettings(max_turns=3, max_actions_per_turn=2),
+    )
+    (traj,) = engine.run("sokoban", [10003], group_size=1)
+    assert traj.messages[0]["role"] == "system" and traj.messages[-1]["role"] == "assistant"
+    rendered = tokenizer.apply_chat_template(
+        [{"role": m["role"], "content": m["content"]} for m in traj.messages], tokenize=False
+    )
+    # The template closes the last assistant turn with "<|im_end|>\n"; the agent wrote the
+    # "<|im_end|>" itself and the trailing newline is not fed until a next turn would start.
+    assert tokenizer.decode(traj.token_ids) + "\n" == rendered
+    assert tokenizer.encode(rendered, add_special_tokens=False)[:-1] == traj.token_ids
+    agent_tokens = [t for t, m in zip(traj.token_ids, traj.loss_mask, strict=True) if m]
+    assert tokenizer.decode(agent_tokens) == reply * len(traj.turns)
+    for end in traj.turn_ends:
+        assert traj.loss_mask[end] == 1 and (
+            end + 1 == len(traj.loss_mask) or traj.loss_mask[end + 1] == 0
+        )
+
+
+def _run_tiny(tiny, reuse_cache: bool, temperature: float, seed: int = 0) -> list[Trajectory]:
+    model, tokenizer = tiny
+    backend = HFBackend(
+        model, pad_token_id=tokenizer.pad_token_id, seed=seed, reuse_cache=reuse_cache
+    )
+    settings = RolloutSettings(max_turns=3, max_new_tokens=12, temperature=temperature)
+    return RolloutEngine(backend, tokenizer, settings).run("sokoban", [10000, 10001], 2)
+
+
+def test_greedy_outputs_equal_with_and_without_cache_reuse(tiny):
+    reused = _run_tiny(tiny, reuse_cache=True, temperature=0.0)
+    fresh = _run_tiny(tiny, reuse_cache=False, temperature=0.0)
+    assert all(len(t.turns) == 3 for t in reused)  # multi-turn: the random model never wins
+    assert [t.token_ids for t in reused] == [t.token_ids for t in fresh]
+    for a, b in zip(reused, fresh, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+
+
+def test_recorded_logprobs_match_a_fresh_forward_pass(tiny):
+    model, _ = tiny
+    temperature = 0.7
+    for traj in _run_tiny(tiny, reuse_cache=True, temperature=temperature, seed=3):
+        ids = torch.tensor([traj.token_ids])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, :-1].float() / temperature
+        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:, None])[:, 0]
+        mask = torch.tensor(traj.loss_mask[1:], dtype=torch.bool)
+        recorded = torch.tensor(traj.logprobs[1:])
+        assert mask.sum() > 0
+        torch.testing.assert_close(recorded[mask], logprobs[mask], atol=1e-4, rtol=0)
+        assert torch.all(recorded[~mask] == 0)
+
+
+def test_sampling_is_reproducible_per_seed(tiny):
+    first = _run_tiny(tiny, reuse_cache=True, temperature=1.0, seed=11)
+    again = _run_tiny(tiny, reuse_cache=True, temperature=1.0, seed=11)
+    other = _run_tiny(tiny, reuse_cache=True, temperature=1.0, seed=12)
+    assert [t.token_ids for t in first] == [t.token_ids for t in again]
+    assert [t.token_ids for t in first] != [t.token_ids for t in other]
+
+
+def test_trajectory_json_round_trip(tiny):
+    traj = _run_tiny(tiny, reuse_cache=True, temperature=1.0)[0]
+    assert Trajectory.from_json(traj.to_json()) == traj
+
+
+def test_real_model_plays_one_bandit_episode(default_model):
+    """Smoke test on the embedded SmolLM2-135M-Instruct."""
+    model, tokenizer = default_model
+    backend = HFBackend(model, pad_token_id=tokenizer.pad_token_id, seed=0)
+    settings = RolloutSettings(max_turns=1, max_new_tokens=24, temperature=0.5)
+    (traj,) = RolloutEngine(backend, tokenizer, settings).run("bandit", [123], 1)
+    assert len(traj.turns) == 1
+    turn = traj.turns[0]
+    assert turn.response.startswith("<think>") and len(turn.response) > len("<think>")
+    assert 0 < turn.response_tokens <= 24 and sum(traj.loss_mask) == turn.response_tokens
