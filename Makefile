@@ -31,6 +31,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_levels.py
+	$(BIN)/python bench/bench_rollout.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -72,6 +72,7 @@ class Turn:
     format_ok: bool
     env_reward: float  # sum of the env's step rewards (what is logged)
     reward: float  # env_reward plus the format penalty (what is trained on)
+    format_penalty: float = 0.0  # negative when the format was broken or an action invalid
     num_valid: int = 0
     num_effective: int = 0
     num_invalid: int = 0

@@ -66,6 +66,7 @@ def test_format_penalty_and_invalid_actions(scripted_backend):
     assert not first.format_ok and first.reward == pytest.approx(-0.1) and first.executed == []
     assert second.format_ok and second.num_invalid == 1 and second.executed == ["Up"]
     assert second.reward == pytest.approx(second.env_reward - 0.1)
+    assert first.format_penalty == second.format_penalty == pytest.approx(-0.1)
     assert len(traj.turns) == 2 and not traj.done
 
 

@@ -178,6 +178,7 @@ class RolloutEngine:
         )
         env_done = self._execute(episode, turn, list(parsed.actions))
         penalty = s.format_penalty if (not parsed.format_ok or turn.num_invalid) else 0.0
+        turn.format_penalty = penalty
         turn.reward = turn.env_reward + penalty
         traj.turns.append(turn)
         traj.messages.append({"role": "assistant", "content": text})
