@@ -1,0 +1,61 @@
+"""StarPO's tensor math: advantage estimators, losses, and rollout-group filtering.
+
+Pure functions over padded (B, T) batches with a loss mask that is 1 on agent-generated
+tokens only. Variants are picked by name from dicts (ADVANTAGE_ESTIMATORS, AGGREGATIONS,
+KL_ESTIMATORS, FILTER_MODES).
+"""
+
+from __future__ import annotations
+
+from starpo.algorithms.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    AdvantageInputs,
+    AdvantageParams,
+    bi_level_gae,
+    compute_advantages,
+    gae_advantages,
+    grpo_advantages,
+)
+from starpo.algorithms.filtering import FILTER_MODES, FilterResult, filter_groups, num_kept
+from starpo.algorithms.losses import (
+    AGGREGATIONS,
+    KL_ESTIMATORS,
+    aggregate,
+    entropy_from_logits,
+    explained_variance,
+    kl_penalty,
+    ppo_policy_loss,
+    token_logprobs,
+    value_loss,
+)
+from starpo.algorithms.masked import masked_mean, masked_sum, masked_var, masked_whiten
+from starpo.algorithms.rewards import pad_turns, place_rewards
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "AGGREGATIONS",
+    "FILTER_MODES",
+    "KL_ESTIMATORS",
+    "AdvantageInputs",
+    "AdvantageParams",
+    "FilterResult",
+    "aggregate",
+    "bi_level_gae",
+    "compute_advantages",
+    "entropy_from_logits",
+    "explained_variance",
+    "filter_groups",
+    "gae_advantages",
+    "grpo_advantages",
+    "kl_penalty",
+    "masked_mean",
+    "masked_sum",
+    "masked_var",
+    "masked_whiten",
+    "num_kept",
+    "pad_turns",
+    "place_rewards",
+    "ppo_policy_loss",
+    "token_logprobs",
+    "value_loss",
+]

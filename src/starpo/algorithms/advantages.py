@@ -1,0 +1,282 @@
+"""Advantage estimators for StarPO: token-level GAE, GRPO, and bi-level (turn/token) GAE.
+
+Conventions: B sequences of T tokens, right-padded; `mask` (B, T) is 1 on agent-generated
+tokens only. Prompt, observation and padding tokens are not time steps of the agent: the
+recursions walk backwards over masked positions only and skip the rest, so a turn's last
+token bootstraps from the first token of the next turn, across the observation in between.
+Advantages are training targets, so every estimator runs under `torch.no_grad()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+
+import torch
+from torch import Tensor
+
+from starpo.algorithms.masked import masked_mean, masked_sum, masked_var, masked_whiten
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "AdvantageInputs",
+    "AdvantageParams",
+    "bi_level_gae",
+    "compute_advantages",
+    "gae_advantages",
+    "grpo_advantages",
+    "masked_mean",
+    "masked_var",
+    "masked_whiten",
+]
+
+
+def _check_rewards_on_mask(token_rewards: Tensor, mask: Tensor) -> None:
+    # A reward on a non-agent token would be silently dropped by the masked recursion:
+    # that is a reward-placement bug upstream, so fail loudly instead.
+    if bool(((token_rewards != 0) & ~mask).any()):
+        raise ValueError(
+            "token_rewards is non-zero on tokens outside the mask; rewards must sit on agent "
+            "tokens (a turn's last generated token), see place_rewards"
+        )
+
+
+@torch.no_grad()
+def gae_advantages(
+    token_rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float
+) -> tuple[Tensor, Tensor]:
+    """Token-level GAE over the agent tokens of each sequence.
+
+    For masked positions t, with t' the next masked position of the same sequence
+    (V(t') = A(t') = 0 past the last one):
+        delta_t = r_t + gamma * V(t') - V(t)
+        A_t     = delta_t + gamma * lam * A(t')
+        R_t     = A_t + V(t)
+    Unmasked positions get A = R = 0. Rewards must be zero off the mask (ValueError).
+    No whitening here: the caller whitens (see `compute_advantages`).
+    """
+    m = mask.bool()  # (B, T)
+    _check_rewards_on_mask(token_rewards, m)
+    advantages = torch.zeros_like(values)  # (B, T)
+    next_value = values.new_zeros(values.shape[0])  # (B,) V of the next agent token
+    next_adv = values.new_zeros(values.shape[0])  # (B,) A of the next agent token
+    zero = values.new_zeros(())
+    for t in reversed(range(values.shape[1])):
+        m_t, v_t = m[:, t], values[:, t]  # (B,)
+        adv_t = token_rewards[:, t] + gamma * next_value - v_t + gamma * lam * next_adv
+        advantages[:, t] = torch.where(m_t, adv_t, zero)
+        # Carry the bootstrap state past non-agent tokens unchanged.
+        next_value = torch.where(m_t, v_t, next_value)
+        next_adv = torch.where(m_t, adv_t, next_adv)
+    returns = torch.where(m, advantages + values, zero)  # (B, T)
+    return advantages, returns
+
+
+@torch.no_grad()
+def grpo_advantages(
+    scores: Tensor, group_ids: Tensor, mask: Tensor, eps: float = 1e-6, norm_by_std: bool = True
+) -> Tensor:
+    """GRPO: each trajectory's score normalised within its group, on all its agent tokens.
+
+        A_i = (R_i - mean_g) / (std_g + eps)     (norm_by_std=False: A_i = R_i - mean_g)
+
+    over the group g of trajectories sharing i's group id (same initial state). std_g is the
+    unbiased sample std (Bessel's correction, torch.std's default, as in RAGEN/verl). A group
+    whose scores are all equal, including a group of one, gets A = 0 exactly (not NaN and
+    not a rounding residue divided by eps). Returns (B, T), zero off the mask.
+    """
+    _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    n_groups = counts.numel()
+    counts = counts.to(scores.dtype)  # (G,)
+    mean = scores.new_zeros(n_groups).index_add_(0, inverse, scores) / counts  # (G,)
+    dev = scores - mean[inverse]  # (B,)
+    sum_sq = scores.new_zeros(n_groups).index_add_(0, inverse, dev * dev)  # (G,)
+    std = (sum_sq / (counts - 1).clamp(min=1)).sqrt()  # (G,)
+    # Constant groups are detected exactly with max == min, not with std == 0, because a
+    # float mean of equal values can differ from them in the last bit.
+    gmax = scores.new_full((n_groups,), -torch.inf).scatter_reduce(0, inverse, scores, "amax")
+    gmin = scores.new_full((n_groups,), torch.inf).scatter_reduce(0, inverse, scores, "amin")
+    adv = dev / (std[inverse] + eps) if norm_by_std else dev  # (B,)
+    zero = scores.new_zeros(())
+    adv = torch.where((gmax == gmin)[inverse], zero, adv)
+    return torch.where(mask.bool(), adv[:, None], zero)  # (B, T)
+
+
+def _turn_end_maps(turn_rewards: Tensor, turn_ends: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """(B, K) padded turns -> is_end (B, T) bool and end_reward (B, T), after validation."""
+    batch, length = mask.shape
+    valid = turn_ends >= 0  # (B, K)
+    if bool((valid[:, 1:] & ~valid[:, :-1]).any()):
+        raise ValueError("turn_ends must be -1-padded at the end of each row only")
+    if bool((turn_ends >= length).any()):
+        raise ValueError(f"turn_ends hold positions >= T={length}")
+    pairs = valid[:, 1:] & valid[:, :-1]
+    if bool((pairs & (turn_ends[:, 1:] <= turn_ends[:, :-1])).any()):
+        raise ValueError("turn_ends must be strictly increasing within each sequence")
+    # Padding entries are scattered into a spare column T, then dropped.
+    index = torch.where(valid, turn_ends, length)  # (B, K)
+    is_end = torch.zeros(batch, length + 1, dtype=torch.bool, device=mask.device)
+    is_end = is_end.scatter(1, index, valid)[:, :length]  # (B, T)
+    rewards = torch.where(valid, turn_rewards, turn_rewards.new_zeros(()))
+    end_reward = turn_rewards.new_zeros(batch, length + 1).scatter(1, index, rewards)[:, :length]
+    if bool((is_end & ~mask).any()):
+        raise ValueError("every turn end must be an agent token (mask = 1 there)")
+    # A leading -1 column keeps amax defined for K = 0 and rows without turns.
+    padded = torch.cat([turn_ends.new_full((batch, 1), -1), torch.where(valid, turn_ends, -1)], 1)
+    last_end = padded.amax(dim=1)  # (B,)
+    positions = torch.arange(length, device=mask.device)
+    if bool((mask & (positions[None, :] > last_end[:, None])).any()):
+        raise ValueError("agent tokens after the last turn end belong to no turn")
+    return is_end, end_reward
+
+
+@torch.no_grad()
+def bi_level_gae(
+    turn_rewards: Tensor,
+    turn_ends: Tensor,
+    values: Tensor,
+    mask: Tensor,
+    gamma_turn: float = 0.95,
+    lam_turn: float = 1.0,
+    gamma_token: float = 1.0,
+    lam_token: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """Bi-level GAE: turn-level GAE across turn ends, token-level GAE inside each turn.
+
+    Let p_1 < ... < p_K be the last agent token of each turn (`turn_ends`, (B, K), -1
+    padded) and r_k the turn rewards (`turn_rewards`, (B, K)). Turn level (V(p_{K+1}) = 0):
+        delta_k  = r_k + gamma_turn * V(p_{k+1}) - V(p_k)
+        A(p_k)   = delta_k + gamma_turn * lam_turn * A(p_{k+1})
+    Token level, for agent tokens t of turn k before p_k, t' the next agent token in the
+    turn (the turn's tokens are the masked ones in (p_{k-1}, p_k]), with A(p_k) as boundary:
+        delta_t  = gamma_token * V(t') - V(t)
+        A(t)     = delta_t + gamma_token * lam_token * A(t')
+    Returns (A, R = A + V), both zero off the mask.
+    """
+    m = mask.bool()  # (B, T)
+    is_end, end_reward = _turn_end_maps(turn_rewards, turn_ends, m)  # (B, T), (B, T)
+    advantages = torch.zeros_like(values)  # (B, T)
+    next_turn_value = values.new_zeros(values.shape[0])  # (B,) V(p_{k+1})
+    next_turn_adv = values.new_zeros(values.shape[0])  # (B,) A(p_{k+1})
+    next_tok_value = values.new_zeros(values.shape[0])  # (B,) V(t'), reset at each turn end
+    next_tok_adv = values.new_zeros(values.shape[0])  # (B,) A(t')
+    zero = values.new_zeros(())
+    for t in reversed(range(values.shape[1])):
+        v_t, m_t, end_t = values[:, t], m[:, t], is_end[:, t]  # (B,)
+        turn_adv = (
+            end_reward[:, t]
+            + gamma_turn * next_turn_value
+            - v_t
+            + gamma_turn * lam_turn * next_turn_adv
+        )
+        tok_adv = gamma_token * next_tok_value - v_t + gamma_token * lam_token * next_tok_adv
+        adv_t = torch.where(end_t, turn_adv, tok_adv)
+        advantages[:, t] = torch.where(m_t, adv_t, zero)
+        next_turn_value = torch.where(end_t, v_t, next_turn_value)
+        next_turn_adv = torch.where(end_t, adv_t, next_turn_adv)
+        next_tok_value = torch.where(m_t, v_t, next_tok_value)
+        next_tok_adv = torch.where(m_t, adv_t, next_tok_adv)
+    returns = torch.where(m, advantages + values, zero)  # (B, T)
+    return advantages, returns
+
+
+@dataclass
+class AdvantageInputs:
+    """What an estimator may read; each estimator states which fields it needs."""
+
+    mask: Tensor  # (B, T) 1 on agent tokens
+    token_rewards: Tensor | None = None  # (B, T) rewards on turn-end tokens (gae; grpo scores)
+    values: Tensor | None = None  # (B, T) critic values (gae, bi_level_gae)
+    scores: Tensor | None = None  # (B,) trajectory scores (grpo; default: sum of rewards)
+    group_ids: Tensor | None = None  # (B,) long, same id = same initial state (grpo)
+    turn_rewards: Tensor | None = None  # (B, K) per-turn rewards, padded (bi_level_gae)
+    turn_ends: Tensor | None = None  # (B, K) long last-token positions, -1 padded
+
+
+@dataclass(frozen=True)
+class AdvantageParams:
+    """Knobs of the estimators (defaults: REFERENCE.md / RAGEN's public config)."""
+
+    gamma: float = 1.0  # gae discount
+    lam: float = 1.0  # gae lambda
+    gamma_turn: float = 0.95  # bi-level: discount across turns
+    lam_turn: float = 1.0
+    gamma_token: float = 1.0  # bi-level: discount inside a turn
+    lam_token: float = 1.0
+    eps: float = 1e-6  # grpo: added to the group std
+    norm_by_std: bool = True  # grpo: divide by the group std (False: only centre)
+    whiten: bool = True  # gae / bi_level_gae: whiten advantages over masked tokens
+
+
+def _require(value: Tensor | None, field: str, estimator: str, why: str) -> Tensor:
+    if value is None:
+        raise ValueError(f"advantage estimator {estimator!r} needs inputs.{field}: {why}")
+    return value
+
+
+def _maybe_whiten(advantages: Tensor, mask: Tensor, params: AdvantageParams) -> Tensor:
+    return masked_whiten(advantages, mask) if params.whiten else advantages
+
+
+def _gae(inputs: AdvantageInputs, params: AdvantageParams) -> tuple[Tensor, Tensor | None]:
+    values = _require(inputs.values, "values", "gae", "GAE needs a critic")
+    rewards = _require(inputs.token_rewards, "token_rewards", "gae", "see place_rewards")
+    adv, ret = gae_advantages(rewards, values, inputs.mask, params.gamma, params.lam)
+    return _maybe_whiten(adv, inputs.mask, params), ret
+
+
+def _grpo(inputs: AdvantageInputs, params: AdvantageParams) -> tuple[Tensor, Tensor | None]:
+    group_ids = _require(inputs.group_ids, "group_ids", "grpo", "groups define the baseline")
+    scores = inputs.scores
+    if scores is None:
+        rewards = _require(inputs.token_rewards, "token_rewards", "grpo", "or pass scores")
+        scores = masked_sum(rewards, inputs.mask, dim=1)  # (B,)
+    # Already normalised per group: no whitening on top, and no critic, so no returns.
+    adv = grpo_advantages(scores, group_ids, inputs.mask, params.eps, params.norm_by_std)
+    return adv, None
+
+
+def _bi_level(inputs: AdvantageInputs, params: AdvantageParams) -> tuple[Tensor, Tensor | None]:
+    name = "bi_level_gae"
+    values = _require(inputs.values, "values", name, "bi-level GAE needs a critic")
+    turn_rewards = _require(inputs.turn_rewards, "turn_rewards", name, "see pad_turns")
+    turn_ends = _require(inputs.turn_ends, "turn_ends", name, "see pad_turns")
+    adv, ret = bi_level_gae(
+        turn_rewards,
+        turn_ends,
+        values,
+        inputs.mask,
+        params.gamma_turn,
+        params.lam_turn,
+        params.gamma_token,
+        params.lam_token,
+    )
+    return _maybe_whiten(adv, inputs.mask, params), ret
+
+
+Estimator = Callable[[AdvantageInputs, AdvantageParams], tuple[Tensor, Tensor | None]]
+
+ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {
+    "gae": _gae,
+    "grpo": _grpo,
+    "bi_level_gae": _bi_level,
+}
+
+
+def compute_advantages(
+    name: str, inputs: AdvantageInputs, **params: float | bool
+) -> tuple[Tensor, Tensor | None]:
+    """Run the estimator `name` from ADVANTAGE_ESTIMATORS -> (advantages (B, T), returns).
+
+    `params` are AdvantageParams fields (gamma, lam, gamma_turn, lam_turn, gamma_token,
+    lam_token, eps, norm_by_std, whiten). returns is None for critic-free estimators (grpo).
+    """
+    if name not in ADVANTAGE_ESTIMATORS:
+        raise ValueError(
+            f"unknown advantage estimator {name!r}; valid: {sorted(ADVANTAGE_ESTIMATORS)}"
+        )
+    known = {f.name for f in fields(AdvantageParams)}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ValueError(f"unknown advantage params {unknown}; valid: {sorted(known)}")
+    return ADVANTAGE_ESTIMATORS[name](inputs, AdvantageParams(**params))

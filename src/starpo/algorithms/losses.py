@@ -1,0 +1,216 @@
+"""Losses of the StarPO update: PPO clipped surrogate, value loss, KL penalty, entropy.
+
+Every loss is first a per-token matrix `loss_mat` (B, T); `aggregate` then reduces it over
+the agent tokens (`mask`, (B, T)) with one of the AGGREGATIONS. Metrics are python floats,
+computed without gradient, with the names the trainer logs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from starpo.algorithms.masked import masked_mean, masked_sum, masked_var
+
+# Log-ratios beyond these bounds are clamped before exp: exp(20) ~ 5e8 is already far
+# outside any trust region, and the clamp keeps a stale or garbage log-prob from turning
+# the loss into inf.
+MAX_LOG_RATIO = 20.0
+# k3's bound on ref - logprobs before exp (as in verl's low_var_kl).
+K3_LOG_RATIO_CLAMP = 10.0
+
+
+def _token_mean(loss_mat: Tensor, mask: Tensor) -> Tensor:
+    return masked_mean(loss_mat, mask)
+
+
+def _mean_over_nonempty(per_seq: Tensor, mask: Tensor) -> Tensor:
+    # Sequences without agent tokens carry no loss: they are left out of the mean
+    # rather than averaged in as zeros (and an all-empty batch gives 0, not NaN).
+    nonempty = mask.bool().any(dim=1)  # (B,)
+    return masked_mean(per_seq, nonempty)
+
+
+def _seq_mean_token_mean(loss_mat: Tensor, mask: Tensor) -> Tensor:
+    return _mean_over_nonempty(masked_mean(loss_mat, mask, dim=1), mask)
+
+
+def _seq_mean_token_sum(loss_mat: Tensor, mask: Tensor) -> Tensor:
+    return _mean_over_nonempty(masked_sum(loss_mat, mask, dim=1), mask)
+
+
+AGGREGATIONS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
+    "token_mean": _token_mean,
+    "seq_mean_token_mean": _seq_mean_token_mean,
+    "seq_mean_token_sum": _seq_mean_token_sum,
+}
+
+
+def aggregate(loss_mat: Tensor, mask: Tensor, mode: str = "token_mean") -> Tensor:
+    """Reduce a per-token loss (B, T) to a scalar over the agent tokens.
+
+    token_mean:          sum_{b,t} m l / sum_{b,t} m           (every token weighs the same)
+    seq_mean_token_mean: mean_b [ sum_t m l / sum_t m ]         (every sequence weighs the same)
+    seq_mean_token_sum:  mean_b [ sum_t m l ]                   (long sequences weigh more)
+    The seq means run over sequences with at least one agent token; no token at all gives 0.
+    """
+    if mode not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {mode!r}; valid: {sorted(AGGREGATIONS)}")
+    return AGGREGATIONS[mode](loss_mat, mask)
+
+
+def _frac(condition: Tensor, mask: Tensor) -> float:
+    return float(masked_mean(condition.to(torch.float32), mask))
+
+
+def ppo_policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    dual_clip: float | None = None,
+    agg: str = "token_mean",
+) -> tuple[Tensor, dict[str, float]]:
+    """PPO clipped surrogate with asymmetric ("clip-higher") and optional dual clipping.
+
+        ratio    = exp(logprobs - old_logprobs)      (log-ratio clamped to +-MAX_LOG_RATIO)
+        pg_loss1 = -A * ratio
+        pg_loss2 = -A * clamp(ratio, 1 - clip_low, 1 + clip_high)
+        loss_mat = max(pg_loss1, pg_loss2)
+        dual clip (Ye et al. 2020), c = dual_clip > 1:  loss_mat = min(loss_mat, -A * c) if A < 0
+    Metrics: pg_loss; pg_clipfrac (A > 0, ratio > 1 + clip_high); pg_clipfrac_lower (A < 0,
+    ratio < 1 - clip_low); dual_clipfrac (A < 0 and the cap is active); approx_kl, the k3
+    estimate mean((ratio - 1) - log ratio) of KL(old || new), >= 0; ratio_mean; ratio_max.
+    All fractions and means are over masked tokens (0 for an empty mask).
+    """
+    if clip_low < 0 or clip_high < 0:
+        raise ValueError(f"clip_low/clip_high must be >= 0, got {clip_low}, {clip_high}")
+    m = mask.bool()  # (B, T)
+    log_ratio = torch.where(m, logprobs - old_logprobs, torch.zeros_like(logprobs))
+    ratio = torch.exp(log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))  # (B, T)
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    loss_mat = torch.maximum(pg_loss1, pg_loss2)  # (B, T)
+    metrics: dict[str, float] = {}
+    if dual_clip is not None:
+        if dual_clip <= 1.0:
+            raise ValueError(f"dual_clip must be > 1 (typically 3), got {dual_clip}")
+        cap = -advantages * dual_clip
+        negative = advantages < 0
+        metrics["dual_clipfrac"] = _frac(negative & (loss_mat.detach() > cap), m)
+        loss_mat = torch.where(negative, torch.minimum(loss_mat, cap), loss_mat)
+    loss = aggregate(loss_mat, m, agg)
+    with torch.no_grad():
+        metrics["pg_loss"] = float(loss)
+        metrics["pg_clipfrac"] = _frac((advantages > 0) & (ratio > 1.0 + clip_high), m)
+        metrics["pg_clipfrac_lower"] = _frac((advantages < 0) & (ratio < 1.0 - clip_low), m)
+        metrics["approx_kl"] = float(masked_mean((ratio - 1.0) - log_ratio, m))
+        metrics["ratio_mean"] = float(masked_mean(ratio, m))
+        has_tokens = bool(m.any())
+        metrics["ratio_max"] = float(ratio[m].max()) if has_tokens else 0.0
+    return loss, metrics
+
+
+def entropy_from_logits(logits: Tensor) -> Tensor:
+    """Entropy of softmax(logits) per position, (B, T, V) -> (B, T).
+
+        H = -sum_v p_v log p_v = logsumexp(z) - sum_v p_v z_v,   p = softmax(z)
+    The second form needs no log p tensor: the only (B, T, V) result kept is the softmax
+    (the dot product p . z contracts without materialising p * z).
+    """
+    probs = torch.softmax(logits, dim=-1)  # (B, T, V)
+    return torch.logsumexp(logits, dim=-1) - torch.einsum("...v,...v->...", probs, logits)
+
+
+def token_logprobs(logits: Tensor, labels: Tensor, temperature: float = 1.0) -> Tensor:
+    """log softmax(logits / temperature)[labels], (B, T, V) and (B, T) -> (B, T).
+
+    Computed as z[label] - logsumexp(z), z = logits / temperature, so no (B, T, V) log-softmax
+    is materialised. No shifting happens here: logits[:, t] must already be the prediction
+    for labels[:, t] (callers shift), and every label must be a valid id in [0, V) (replace
+    ignore indices such as -100 by any id and mask those positions out).
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    z = logits if temperature == 1.0 else logits / temperature  # (B, T, V)
+    picked = z.gather(-1, labels.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    return picked - torch.logsumexp(z, dim=-1)
+
+
+def _kl_k1(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+    return logprobs - ref_logprobs
+
+
+def _kl_k2(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+    return 0.5 * (logprobs - ref_logprobs).square()
+
+
+def _kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+    log_ratio = (ref_logprobs - logprobs).clamp(-K3_LOG_RATIO_CLAMP, K3_LOG_RATIO_CLAMP)
+    return torch.exp(log_ratio) - log_ratio - 1.0
+
+
+KL_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
+    "k1": _kl_k1,
+    "k2": _kl_k2,
+    "k3": _kl_k3,
+}
+
+
+def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: str = "k1") -> Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from samples of pi, (B, T) -> (B, T).
+
+    k1 = log pi - log pi_ref                       (unbiased, high variance, can be < 0)
+    k2 = 0.5 (log pi - log pi_ref)^2               (biased, low variance, >= 0)
+    k3 = exp(d) - d - 1, d = log pi_ref - log pi   (Schulman's unbiased low-variance, >= 0;
+         d clamped to +-K3_LOG_RATIO_CLAMP before exp)
+    """
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"unknown KL estimator {estimator!r}; valid: {sorted(KL_ESTIMATORS)}")
+    return KL_ESTIMATORS[estimator](logprobs, ref_logprobs)
+
+
+def value_loss(
+    values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    mask: Tensor,
+    clip: float | None = 0.5,
+    agg: str = "token_mean",
+) -> tuple[Tensor, dict[str, float]]:
+    """Clipped value loss (PPO), clip=None disables clipping.
+
+        v_clipped = old + clamp(values - old, -clip, clip)
+        loss_mat  = 0.5 * max((values - R)^2, (v_clipped - R)^2)
+    Metrics: vf_loss; vf_clipfrac = fraction of masked tokens where the clipped term is the
+    larger one (i.e. the gradient is cut off).
+    """
+    vf_losses1 = (values - returns).square()  # (B, T)
+    if clip is None:
+        vf_losses2 = vf_losses1
+    else:
+        v_clipped = old_values + torch.clamp(values - old_values, -clip, clip)
+        vf_losses2 = (v_clipped - returns).square()
+    loss_mat = 0.5 * torch.maximum(vf_losses1, vf_losses2)
+    loss = aggregate(loss_mat, mask, agg)
+    with torch.no_grad():
+        metrics = {"vf_loss": float(loss), "vf_clipfrac": _frac(vf_losses2 > vf_losses1, mask)}
+    return loss, metrics
+
+
+@torch.no_grad()
+def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> float:
+    """1 - Var(R - V) / Var(R) over the masked tokens (unbiased variances).
+
+    1 is a perfect critic, 0 is no better than a constant, < 0 is worse. When Var(R) = 0
+    (constant returns, or fewer than 2 tokens) it returns 0.0 rather than NaN, so logged
+    curves and averages stay finite.
+    """
+    var_returns = masked_var(returns, mask)
+    if float(var_returns) == 0.0:
+        return 0.0
+    return float(1.0 - masked_var(returns - values, mask) / var_returns)
