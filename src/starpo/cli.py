@@ -252,6 +252,48 @@ def _add_model_eval_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def resolve_config_path(name: str) -> Path:
+    """A config file path, or a preset name looked up in ./configs and the repo's configs/."""
+    candidates = [Path(name)]
+    for folder in (Path("configs"), Path(__file__).resolve().parents[2] / "configs"):
+        candidates += [folder / name, folder / f"{name}.yaml"]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    return Path(name)  # load_config reports it as missing
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from starpo.config import load_config
+
+    out = Path(args.out)
+    config_path = resolve_config_path(args.config) if args.config else None
+    if config_path is None and args.resume and (out / "config.yaml").is_file():
+        config_path = out / "config.yaml"  # resume with the config the run was saved with
+    cfg = load_config(config_path, args.overrides)
+    from starpo.trainer.loop import Trainer
+
+    trainer = Trainer(cfg, out, resume=args.resume, quiet=args.quiet)
+    history = trainer.train()
+    print(format_training_summary(cfg, history, out))
+    return 0
+
+
+def format_training_summary(cfg: Any, history: list[dict[str, Any]], out: Path) -> str:
+    """Validation success before and after, with 95% intervals, and where things are."""
+    key = f"val/{cfg.env.validation_id}"
+    validated = [h for h in history if f"{key}/success" in h]
+    lines = [f"run folder: {out}  (metrics.jsonl, checkpoints/, final/)"]
+    for label, entry in (("first", validated[:1]), ("last", validated[-1:])):
+        for h in entry:
+            lines.append(
+                f"validation at step {h['step']:>4} ({label}): success "
+                f"{h[f'{key}/success']:.1%} (95% CI {h[f'{key}/success_ci95_low']:.1%} - "
+                f"{h[f'{key}/success_ci95_high']:.1%}), format ok {h[f'{key}/format_ok']:.1%}"
+            )
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="starpo", description="Train and evaluate LLM agents with multi-turn RL (StarPO)."
@@ -295,6 +337,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_model_eval_args(p)
     p.set_defaults(func=cmd_eval)
+
+    from starpo.config import format_config_help
+
+    p = sub.add_parser(
+        "train",
+        help="train an agent with StarPO / StarPO-S",
+        description="Train with a YAML config (or preset name from configs/) and dotted "
+        "overrides, e.g. starpo train --config cpu-bandit-starpo-s optim.actor_lr=1e-5 "
+        "--out runs/demo",
+        epilog="config options (KEY=VALUE overrides):\n" + format_config_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--config", help="YAML file or preset name (configs/); default: built-ins")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides")
+    p.add_argument("--out", required=True, help="run folder (metrics, checkpoints, final model)")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    p.add_argument("--quiet", action="store_true", help="no per-step lines")
+    p.set_defaults(func=cmd_train)
     return parser
 
 

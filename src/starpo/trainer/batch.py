@@ -1,0 +1,86 @@
+"""Trajectories -> padded tensors for the update. Every (B, T) tensor is aligned to token
+positions: entry t describes token t (its log-prob, its value, its reward, its mask)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from starpo.algorithms import pad_turns, place_rewards
+from starpo.types import Trajectory
+
+
+@dataclass
+class TrainBatch:
+    input_ids: torch.Tensor  # (B, T) right-padded
+    attention_mask: torch.Tensor  # (B, T) 1 on real tokens
+    loss_mask: torch.Tensor  # (B, T) float, 1 on the agent's generated tokens
+    old_logprobs: torch.Tensor  # (B, T) rollout log-probs (0 off the mask)
+    token_rewards: torch.Tensor  # (B, T) rewards placed on agent tokens
+    turn_rewards: torch.Tensor  # (B, K) per-turn training rewards, 0-padded
+    turn_ends: torch.Tensor  # (B, K) last agent token of each turn, -1-padded
+    scores: torch.Tensor  # (B,) trajectory training reward
+    group_ids: torch.Tensor  # (B,) rollouts sharing a seed share a group id
+    advantages: torch.Tensor | None = None  # (B, T)
+    returns: torch.Tensor | None = None  # (B, T)
+    old_values: torch.Tensor | None = None  # (B, T)
+    ref_logprobs: torch.Tensor | None = None  # (B, T)
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def select(self, index: torch.Tensor | list[int]) -> TrainBatch:
+        """Rows `index`, trimmed to their longest sequence (less padding to compute)."""
+        index = torch.as_tensor(index, dtype=torch.long)
+        width = int(self.attention_mask[index].sum(dim=1).max())
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                out[f.name] = None
+            elif f.name in ("turn_rewards", "turn_ends", "scores", "group_ids"):
+                out[f.name] = value[index]
+            else:
+                out[f.name] = value[index, :width]
+        return TrainBatch(**out)
+
+    def to(self, device: torch.device) -> TrainBatch:
+        return TrainBatch(
+            **{
+                f.name: None if getattr(self, f.name) is None else getattr(self, f.name).to(device)
+                for f in fields(self)
+            }
+        )
+
+
+def build_batch(
+    trajectories: list[Trajectory], pad_token_id: int, per_turn_rewards: bool, group_offset: int = 0
+) -> TrainBatch:
+    """Pad trajectories into a TrainBatch; rewards are the training rewards (with penalties)."""
+    width = max(len(t.token_ids) for t in trajectories)
+    n = len(trajectories)
+    input_ids = torch.full((n, width), pad_token_id, dtype=torch.long)
+    attention = torch.zeros(n, width, dtype=torch.long)
+    loss_mask = torch.zeros(n, width)
+    logprobs = torch.zeros(n, width)
+    for row, t in enumerate(trajectories):
+        length = len(t.token_ids)
+        input_ids[row, :length] = torch.tensor(t.token_ids)
+        attention[row, :length] = 1
+        loss_mask[row, :length] = torch.tensor(t.loss_mask, dtype=torch.float)
+        logprobs[row, :length] = torch.tensor(t.logprobs)
+    rewards = [[turn.reward for turn in t.turns] for t in trajectories]
+    ends = [list(t.turn_ends) for t in trajectories]
+    turn_rewards, turn_ends = pad_turns(rewards, ends)
+    return TrainBatch(
+        input_ids=input_ids,
+        attention_mask=attention,
+        loss_mask=loss_mask,
+        old_logprobs=logprobs * loss_mask,
+        token_rewards=place_rewards((n, width), rewards, ends, per_turn=per_turn_rewards),
+        turn_rewards=turn_rewards,
+        turn_ends=turn_ends,
+        scores=torch.tensor([t.reward for t in trajectories], dtype=torch.float),
+        group_ids=torch.tensor([t.group + group_offset for t in trajectories]),
+    )

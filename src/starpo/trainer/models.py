@@ -1,0 +1,109 @@
+"""The models a StarPO run trains: the actor (policy LM), the critic (LM backbone + value
+head), and a frozen reference policy when a KL term is on; optional LoRA for both."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from starpo.config import TrainConfig
+from starpo.errors import UserError
+
+
+class ValueModel(nn.Module):
+    """Critic: a transformer backbone and a linear head giving one value per token."""
+
+    def __init__(self, backbone: nn.Module, hidden_size: int) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.value_head = nn.Linear(hidden_size, 1)
+        # Zero init: every value starts at 0, so early advantages are plain returns.
+        nn.init.zeros_(self.value_head.weight)
+        nn.init.zeros_(self.value_head.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Values (B, T): entry t is the value of the state before token t is generated."""
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask)[0]  # (B,T,H)
+        values = self.value_head(hidden.float()).squeeze(-1)  # (B, T)
+        # Shift right: the state in which token t is chosen is the prefix ending at t - 1.
+        return torch.cat([values[:, :1] * 0, values[:, :-1]], dim=1)
+
+
+@dataclass
+class TrainModels:
+    actor: nn.Module
+    tokenizer: Any
+    critic: ValueModel | None
+    reference: nn.Module | None  # None with LoRA: the actor with adapters off is the reference
+    uses_lora: bool
+
+
+def apply_lora(module: nn.Module, cfg: TrainConfig, task_type: str | None) -> nn.Module:
+    """Wrap `module` with LoRA adapters on all linear layers (peft)."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as exc:  # pragma: no cover - peft is a dependency
+        raise UserError("LoRA needs the peft package: pip install peft") from exc
+    lora = cfg.model.lora
+    config = LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        task_type=task_type,
+    )
+    return get_peft_model(module, config)
+
+
+def build_models(cfg: TrainConfig, actor: nn.Module, tokenizer: Any) -> TrainModels:
+    """Critic and reference from the freshly loaded actor (same pretrained weights)."""
+    if cfg.model.critic_name not in (None, cfg.model.name):
+        raise UserError(
+            "model.critic_name: a critic from another model is not supported yet; "
+            "leave it empty to start the critic from the actor's weights"
+        )
+    critic = None
+    if cfg.algorithm.uses_critic:
+        backbone = copy.deepcopy(actor.base_model)
+        critic = ValueModel(backbone, actor.config.hidden_size).to(next(actor.parameters()).device)
+    reference = None
+    lora = cfg.model.lora.enabled
+    if cfg.algorithm.uses_reference and not lora:
+        reference = copy.deepcopy(actor).eval().requires_grad_(False)
+    if lora:
+        actor = apply_lora(actor, cfg, "CAUSAL_LM")
+        if critic is not None:
+            critic.backbone = apply_lora(critic.backbone, cfg, None)
+    if cfg.model.gradient_checkpointing:
+        actor.gradient_checkpointing_enable()
+        if critic is not None and hasattr(critic.backbone, "gradient_checkpointing_enable"):
+            critic.backbone.gradient_checkpointing_enable()
+    # Eval mode throughout: no dropout, so training forwards match the rollout's log-probs.
+    actor.eval()
+    if critic is not None:
+        critic.eval()
+    return TrainModels(actor, tokenizer, critic, reference, lora)
+
+
+def trainable_parameters(module: nn.Module) -> list[nn.Parameter]:
+    return [p for p in module.parameters() if p.requires_grad]
+
+
+def trainable_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    """The trainable tensors (all weights, or only LoRA adapters and the value head)."""
+    names = {n for n, p in module.named_parameters() if p.requires_grad}
+    return {k: v.detach().cpu().clone() for k, v in module.state_dict().items() if k in names}
+
+
+def load_trainable_state(module: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    missing = set(trainable_state(module)) - set(state)
+    if missing:
+        raise UserError(
+            f"checkpoint does not match the model ({len(missing)} tensors missing, "
+            f"e.g. {sorted(missing)[0]}); resume with the config it was saved with"
+        )
+    module.load_state_dict(state, strict=False)

@@ -1,0 +1,180 @@
+"""Checkpoints: RNG round trip, atomic saves, pruning, and rejection of broken ones."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from starpo.errors import UserError
+from starpo.trainer import checkpoint as ckpt
+from starpo.trainer.checkpoint import (
+    capture_rng_state,
+    checkpoint_step,
+    find_resume_point,
+    latest_checkpoint,
+    load_checkpoint,
+    restore_rng_state,
+    save_checkpoint,
+)
+
+
+def _draws(generator: torch.Generator) -> tuple:
+    return (
+        random.random(),
+        np.random.rand(3).tolist(),
+        torch.rand(3).tolist(),
+        torch.rand(3, generator=generator).tolist(),
+    )
+
+
+def test_rng_state_round_trip_repeats_the_same_draws():
+    generator = torch.Generator().manual_seed(7)
+    _draws(generator)  # move away from the seeds
+    state = capture_rng_state({"sampler": generator})
+    first = _draws(generator)
+    _draws(generator)
+    restore_rng_state(state, {"sampler": generator})
+    assert _draws(generator) == first
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_rng_state_round_trip():
+    generator = torch.Generator(device="cuda").manual_seed(3)
+    state = capture_rng_state({"cuda_sampler": generator})
+    first = (torch.rand(3, device="cuda").tolist(), torch.rand(3, generator=generator).tolist())
+    restore_rng_state(state, {"cuda_sampler": generator})
+    again = (torch.rand(3, device="cuda").tolist(), torch.rand(3, generator=generator).tolist())
+    assert again == first
+
+
+def test_rng_restore_needs_the_same_generator_names():
+    state = capture_rng_state({"sampler": torch.Generator()})
+    with pytest.raises(ValueError, match="sampler"):
+        restore_rng_state(state, {})
+
+
+def _tiny_training_state(seed: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    return model, optimizer
+
+
+def _train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    loss = model(torch.ones(3, 4)).pow(2).sum()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+def test_save_load_round_trip_continues_training_identically(tmp_path):
+    model, optimizer = _tiny_training_state(0)
+    _train_step(model, optimizer)
+    state = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "rng": capture_rng_state(),
+        "step": 1,
+        "config": {"lr": 0.1, "env": "bandit"},
+    }
+    folder = save_checkpoint(tmp_path, 1, state, keep=3)
+    assert folder == tmp_path / "checkpoints" / "step_000001"
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["step"] == 1 and meta["format"] == 1
+    assert meta["files"] == {"state.pt": (folder / "state.pt").stat().st_size}
+    assert latest_checkpoint(tmp_path) == folder == find_resume_point(tmp_path)
+    assert checkpoint_step(folder) == 1
+
+    loaded = load_checkpoint(folder)
+    assert loaded["config"] == state["config"] and loaded["step"] == 1
+    clone, clone_optimizer = _tiny_training_state(1)  # different init, overwritten below
+    clone.load_state_dict(loaded["model"])
+    clone_optimizer.load_state_dict(loaded["optimizer"])
+    _train_step(model, optimizer)
+    _train_step(clone, clone_optimizer)
+    for a, b in zip(model.parameters(), clone.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def _steps(run_dir) -> list[str]:
+    return sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+
+
+def test_keep_prunes_older_checkpoints_and_resaving_replaces(tmp_path):
+    for step in (10, 20, 30):
+        save_checkpoint(tmp_path, step, {"step": step}, keep=2)
+    assert _steps(tmp_path) == ["step_000020", "step_000030"]
+    save_checkpoint(tmp_path, 30, {"step": 30, "again": True}, keep=2)
+    assert _steps(tmp_path) == ["step_000020", "step_000030"]  # no temp folders left
+    assert load_checkpoint(latest_checkpoint(tmp_path))["again"] is True
+    with pytest.raises(ValueError, match="keep"):
+        save_checkpoint(tmp_path, 40, {}, keep=0)
+
+
+def test_crash_while_writing_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
+    first = save_checkpoint(tmp_path, 1, {"step": 1}, keep=5)
+
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ckpt.json, "dump", fail)  # after state.pt, before meta.json
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(tmp_path, 2, {"step": 2}, keep=5)
+    monkeypatch.undo()
+    assert latest_checkpoint(tmp_path) == first
+    assert _steps(tmp_path) == ["step_000001"]
+
+
+def test_crash_before_the_rename_leaves_no_picked_checkpoint(tmp_path, monkeypatch):
+    def fail(*args, **kwargs):
+        raise KeyboardInterrupt  # complete files in the temp folder, never renamed
+
+    monkeypatch.setattr(ckpt.os, "replace", fail)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(tmp_path, 5, {"step": 5}, keep=5)
+    monkeypatch.undo()
+    assert latest_checkpoint(tmp_path) is None
+    # Temp folders of failed saves (ours, or a killed process's) are swept by the next save.
+    (tmp_path / "checkpoints" / ".tmp-step_000006-999999999").mkdir()
+    save_checkpoint(tmp_path, 7, {"step": 7}, keep=5)
+    assert _steps(tmp_path) == ["step_000007"]
+
+
+def test_truncated_state_is_skipped_with_one_warning(tmp_path, capsys):
+    first = save_checkpoint(tmp_path, 1, {"w": torch.zeros(100)}, keep=5)
+    second = save_checkpoint(tmp_path, 2, {"w": torch.ones(100)}, keep=5)
+    data = (second / "state.pt").read_bytes()
+    (second / "state.pt").write_bytes(data[: len(data) // 2])
+    assert latest_checkpoint(tmp_path) == first
+    assert latest_checkpoint(tmp_path) == first
+    err = capsys.readouterr().err
+    assert err.count("skipping corrupt checkpoint") == 1 and "step_000002" in err
+    with pytest.raises(UserError, match="step_000002.*corrupt"):
+        load_checkpoint(second)
+
+
+def test_corrupt_state_of_the_right_size_fails_to_load(tmp_path):
+    folder = save_checkpoint(tmp_path, 3, {"w": torch.arange(50.0)}, keep=5)
+    size = (folder / "state.pt").stat().st_size
+    (folder / "state.pt").write_bytes(b"\x00garbage" * (size // 8) + b"\x00" * (size % 8))
+    assert latest_checkpoint(tmp_path) == folder  # sizes match: only loading can tell
+    with pytest.raises(UserError, match=r"step_000003.*SHA-256.*delete it or resume"):
+        load_checkpoint(folder)
+    # Without a recorded hash, torch.load's own failure becomes the same kind of error.
+    meta = json.loads((folder / "meta.json").read_text())
+    del meta["sha256"]
+    (folder / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(UserError, match=r"state.pt is corrupt.*delete it or resume"):
+        load_checkpoint(folder)
+
+
+def test_find_resume_point_without_checkpoints(tmp_path):
+    with pytest.raises(UserError, match="no checkpoint in .*checkpoints to resume from; start"):
+        find_resume_point(tmp_path)
+    (tmp_path / "checkpoints").mkdir()
+    with pytest.raises(UserError, match="without --resume"):
+        find_resume_point(tmp_path)
