@@ -146,6 +146,12 @@ class RolloutConfig(_Section):
     format_penalty: float = _f(
         -0.1, "Training reward of an unparsable turn or invalid action; 0 = none.", le=0.0
     )
+    format_reward: float = _f(
+        0.0,
+        "Shaping bonus for a well-formed turn (think/answer structure parsed), whatever its "
+        "action; helps small models that never follow the format. 0 = the paper.",
+        ge=0.0,
+    )
     train_seed_start: int = _f(10000, "Training seeds count up from here.", ge=0)
     stop_at_answer: bool = _f(True, "End a turn's generation at </answer>.")
 

@@ -71,8 +71,9 @@ class Turn:
     executed: list[str]  # canonical names of the actions the env accepted
     format_ok: bool
     env_reward: float  # sum of the env's step rewards (what is logged)
-    reward: float  # env_reward plus the format penalty (what is trained on)
+    reward: float  # env_reward + format_penalty + format_bonus (what is trained on)
     format_penalty: float = 0.0  # negative when the format was broken or an action invalid
+    format_bonus: float = 0.0  # optional shaping for a well-formed turn (rollout.format_reward)
     num_valid: int = 0
     num_effective: int = 0
     num_invalid: int = 0

@@ -166,3 +166,17 @@ def test_real_model_plays_one_bandit_episode(default_model):
     turn = traj.turns[0]
     assert turn.response.startswith("<think>") and len(turn.response) > len("<think>")
     assert 0 < turn.response_tokens <= 24 and sum(traj.loss_mask) == turn.response_tokens
+
+
+def test_format_reward_shapes_well_formed_turns(scripted_backend):
+    tokenizer = load_tokenizer()
+    replies = {1: "garbage<|im_end|>", 2: " x</think><answer>Jump</answer><|im_end|>"}
+    engine = RolloutEngine(
+        scripted_backend(tokenizer, lambda s, t: replies[t]),
+        tokenizer,
+        RolloutSettings(max_turns=2, format_reward=0.3),
+    )
+    (traj,) = engine.run("sokoban", [10000], group_size=1)
+    malformed, wrong_action = traj.turns
+    assert malformed.format_bonus == 0.0 and malformed.reward == pytest.approx(-0.1)
+    assert wrong_action.format_bonus == 0.3 and wrong_action.reward == pytest.approx(0.2)

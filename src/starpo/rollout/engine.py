@@ -41,6 +41,7 @@ class RolloutSettings:
     top_p: float = 1.0
     think: bool = True
     format_penalty: float = -0.1
+    format_reward: float = 0.0  # bonus for a well-formed turn (shaping; 0 = the paper)
     stop_at_answer: bool = True  # stop a turn at "</answer>" (the rest would be ignored)
 
 
@@ -179,7 +180,8 @@ class RolloutEngine:
         env_done = self._execute(episode, turn, list(parsed.actions))
         penalty = s.format_penalty if (not parsed.format_ok or turn.num_invalid) else 0.0
         turn.format_penalty = penalty
-        turn.reward = turn.env_reward + penalty
+        turn.format_bonus = s.format_reward if parsed.format_ok else 0.0
+        turn.reward = turn.env_reward + penalty + turn.format_bonus
         traj.turns.append(turn)
         traj.messages.append({"role": "assistant", "content": text})
         ended_by_stop_token = bool(stop_ids) and stop_ids[-1] in self.params.stop_token_ids

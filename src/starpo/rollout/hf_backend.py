@@ -101,7 +101,8 @@ class HFBackend:
         else:
             self._start(sessions)
             chunks = [list(self._history[s]) for s in sessions]
-        logits = self._feed(chunks)
+        fresh = self._mask.shape[1] == 0
+        logits = self._feed_shared(chunks) if fresh else self._feed(chunks)
         return self._decode(sessions, logits, params)
 
     # ------------------------------------------------------------------ batch state
@@ -158,6 +159,20 @@ class HFBackend:
             ids[row, width - len(chunk) :] = torch.tensor(chunk, dtype=torch.long)
             mask[row, width - len(chunk) :] = 1
         return self._forward(ids.to(self.device), mask.to(self.device))
+
+    def _feed_shared(self, chunks: list[list[int]]) -> torch.Tensor:
+        """First chunks of new sessions: encode each distinct prompt once, then copy its
+        cache rows (all rollouts of a group start from the same prompt)."""
+        first_row: dict[tuple[int, ...], int] = {}
+        index = [first_row.setdefault(tuple(chunk), len(first_row)) for chunk in chunks]
+        if len(first_row) == len(chunks):
+            return self._feed(chunks)
+        self._mask = torch.zeros(len(first_row), 0, dtype=torch.long, device=self.device)
+        logits = self._feed([list(chunk) for chunk in first_row])
+        rows = torch.tensor(index, device=self.device)
+        self._cache.batch_select_indices(rows)  # repeated indices copy the shared prompt
+        self._mask = self._mask[rows]
+        return logits[rows]
 
     def _decode(
         self, sessions: list[int], logits: torch.Tensor, params: SamplingParams

@@ -152,6 +152,9 @@ def ppo_update(
         order = torch.randperm(len(batch), generator=generator)
         for start in range(0, len(batch), opt.mini_batch_size):
             mini = order[start : start + opt.mini_batch_size]
+            # Group members share their prompt: keeping them in the same micro-batches lets
+            # the forward pass encode it once (the mini-batch gradient is the same sum).
+            mini = mini[torch.argsort(batch.group_ids[mini], stable=True)]
             for first in range(0, len(mini), opt.micro_batch_size):
                 rows = mini[first : first + opt.micro_batch_size]
                 micro = batch.select(rows)
