@@ -37,6 +37,7 @@ class BanditEnv(TextEnv):
         self.high_risk_reward = float(high_risk_reward)
         self.high_risk_prob = float(high_risk_prob)
         self.action_names = (low_risk_name, high_risk_name)
+        self._example_order = self.action_names
         rewards = (0.0, self.low_risk_reward, self.high_risk_reward)
         self.reward_range = (min(rewards), max(rewards))
         self.legend = {}
@@ -66,18 +67,23 @@ class BanditEnv(TextEnv):
     @property
     def instruction(self) -> str:  # type: ignore[override]
         first, second = self.action_names
+        one, other = self._example_order
         return (
             "You are playing a bandit game. Goal: get as much reward as you can with a single "
             f"pull. There are two arms, named {first} and {second}. Each arm pays rewards from "
             "its own distribution, and the name hints at how risky that distribution is. "
             "Reason about what each name suggests, then pull the arm you expect to pay more "
-            "on average."
+            f"on average. Answer with the arm's name: <answer> {one} </answer> or "
+            f"<answer> {other} </answer>."
         )
 
     def _reset(self, options: dict[str, Any]) -> dict[str, Any]:
         order = [self.low_risk_name, self.high_risk_name]
         self.np_random.shuffle(order)  # the agent must not learn "always the first arm"
         self.action_names = tuple(order)
+        # The answer examples get an order of their own: copying "the first example" must not
+        # be a shortcut that tracks the shown order.
+        self._example_order = tuple(self.np_random.permutation(order).tolist())
         self._pulled = None
         self._last_reward = 0.0
         return {}

@@ -8,13 +8,13 @@ would see alone. A token sampled at the end of a turn is fed at the start of the
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 from transformers import DynamicCache
 
+from starpo.models.compat import cache_argument
 from starpo.rollout.backend import Generation, GenerationRequest, SamplingParams
 
 
@@ -63,9 +63,7 @@ class HFBackend:
         self.reuse_cache = reuse_cache
         self.device = next(model.parameters()).device
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
-        # transformers 5.x renamed `past_key_values` to `cache`; accept both.
-        params = inspect.signature(model.forward).parameters
-        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self._cache_arg = cache_argument(model)
         self.reset()
 
     def reset(self) -> None:

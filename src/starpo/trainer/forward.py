@@ -4,12 +4,12 @@ critic, log-probs of the reference policy. All outputs are (B, T), aligned to to
 from __future__ import annotations
 
 import contextlib
-import inspect
 
 import torch
 from torch import nn
 
 from starpo.algorithms import entropy_from_logits, token_logprobs
+from starpo.models.compat import cache_argument
 from starpo.trainer.batch import TrainBatch
 
 #: Shortest common prefix worth encoding once for the whole micro-batch.
@@ -23,13 +23,6 @@ def shared_prefix_length(batch: TrainBatch) -> int:
     differs = torch.nonzero(~(ids == ids[:1]).all(dim=0))
     prefix = int(differs[0]) if len(differs) else ids.shape[1]
     return min(prefix, int(batch.attention_mask.sum(dim=1).min()) - 1)
-
-
-def cache_argument(model: nn.Module) -> str:
-    """transformers 5.x calls the KV-cache argument `cache`; earlier versions
-    `past_key_values`. (A peft wrapper forwards keyword arguments to the base model.)"""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 def logits_at(model: nn.Module, batch: TrainBatch, positions: torch.Tensor) -> torch.Tensor:
