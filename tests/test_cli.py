@@ -130,3 +130,14 @@ def test_play_quits_on_eof():
     result = starpo("play", "sokoban", "--seed", "3", stdin="up\n")
     assert result.returncode == 0
     assert "stopped." in result.stdout
+
+
+def test_demo_env_showcase_plays_every_env():
+    result = subprocess.run(
+        [sys.executable, "-m", "starpo.demo", "--envs"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    summary = result.stdout.split("summary (seed 123):")[1]
+    for env_id in ("bandit", "frozenlake", "sokoban", "sokoban-large", "sokoban-newvocab"):
+        assert f"{env_id} " in summary
+    assert summary.count("solver  success") >= 5  # the solver wins every env but slippery ice
