@@ -294,6 +294,12 @@ def format_training_summary(cfg: Any, history: list[dict[str, Any]], out: Path) 
     return "\n".join(lines)
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from starpo.report import report_main
+
+    return report_main(args.runs, args.out)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="starpo", description="Train and evaluate LLM agents with multi-turn RL (StarPO)."
@@ -355,6 +361,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     p.add_argument("--quiet", action="store_true", help="no per-step lines")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("report", help="PNG plots of training runs (several runs: compared)")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="training run folders")
+    p.add_argument("--out", default=None, help="output folder (default RUN/report/)")
+    p.set_defaults(func=cmd_report)
     return parser
 
 

@@ -1,0 +1,336 @@
+"""PNG plots of training runs: `starpo report RUN [RUN_B ...] [--out DIR]`.
+
+Reads only result files: `RUN/metrics.jsonl` (one `{"step": ..., "<metric>": ...}` object
+a line) and the optional `RUN/alerts.jsonl` (the collapse detector's warnings). One run
+gives `RUN/report/overview.png` (a grid of panels) plus one PNG per panel; several runs give
+`compare.png` plus per-panel PNGs with one line per run. Alerts are vertical lines at their
+step, coloured by severity.
+
+Figures are built on `matplotlib.figure.Figure` directly, never through pyplot: no GUI
+backend, no global figure registry, nothing to close; PNGs are rendered by Agg.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from starpo.errors import UserError
+
+METRICS_FILE = "metrics.jsonl"
+ALERTS_FILE = "alerts.jsonl"
+DPI = 100
+SEVERITY_COLORS = {"warning": "#f28e2b", "collapse": "#d62728"}
+UNKNOWN_SEVERITY_COLOR = "#7f7f7f"
+SERIES_STYLES = ("-", "--", ":", "-.")
+# Line colours skip orange and red, which mark alerts.
+LINE_COLORS = ("C0", "C2", "C4", "C9", "C5", "C6", "C8", "C7")
+ALERT_STYLES = ("-", "--", ":", "-.")
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One plot: a title and the metric-key patterns it draws (`*` = one key part)."""
+
+    name: str  # file stem, e.g. "success" -> success.png
+    title: str
+    series: tuple[tuple[str, str], ...]  # (label, key pattern), e.g. ("val", "val/*/success")
+
+
+PANELS: tuple[Panel, ...] = (
+    Panel("success", "Success rate", (("train", "train/*/success"), ("val", "val/*/success"))),
+    Panel("reward", "Reward", (("train", "train/*/reward"), ("val", "val/*/reward"))),
+    Panel(
+        "in_group_std",
+        "In-group reward std",
+        (("all", "rollout/in_group_std"), ("kept", "rollout/kept_in_group_std")),
+    ),
+    Panel("entropy", "Policy entropy", (("entropy", "actor/entropy"),)),
+    Panel("grad_norm", "Gradient norm", (("grad norm", "actor/grad_norm"),)),
+    Panel(
+        "response_length",
+        "Response length (tokens)",
+        (("response", "response_length/mean"), ("think", "response_length/think_mean")),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One line of alerts.jsonl."""
+
+    step: int
+    severity: str
+    rule: str = ""
+    message: str = ""
+
+
+@dataclass
+class RunData:
+    """A run folder's metrics as per-key series, and its alerts."""
+
+    name: str
+    path: Path
+    # key -> (steps, values); a null value is NaN, so the line shows a gap there.
+    series: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    alerts: list[Alert] = field(default_factory=list)
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    """The JSON objects of `path`, one a line; a broken last line (a run mid-write) is ignored.
+
+    A broken line elsewhere is a UserError naming file and line.
+    """
+    lines = path.read_text(encoding="utf-8").split("\n")
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines):  # no newline after it: still being written
+                continue
+            raise UserError(f"{path}:{number} is not valid JSON ({exc.msg})") from exc
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            raise UserError(f"{path}:{number} is not an object with an integer 'step'")
+        records.append(record)
+    return records
+
+
+def _as_number(value: object) -> float | None:
+    """A metric value as float (null -> NaN); None for values that are not numbers."""
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _collect_series(records: list[dict]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per-key (steps, values), sorted by step; a repeated step keeps its last record."""
+    by_step = {record["step"]: record for record in records}
+    points: dict[str, list[tuple[int, float]]] = {}
+    for step in sorted(by_step):
+        for key, value in by_step[step].items():
+            number = _as_number(value)
+            if key != "step" and number is not None:
+                points.setdefault(key, []).append((step, number))
+    return {
+        key: (np.array([s for s, _ in pts]), np.array([v for _, v in pts], dtype=float))
+        for key, pts in points.items()
+    }
+
+
+def load_run(run_dir: Path, name: str | None = None) -> RunData:
+    """Read a run folder; a UserError when it is missing or holds no metrics.jsonl."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir} does not exist or is not a folder; pass a training run folder")
+    if not (run_dir / METRICS_FILE).is_file():
+        raise UserError(
+            f"{run_dir} is not a training run folder (no {METRICS_FILE}); "
+            "pass the folder given to `starpo train`"
+        )
+    run = RunData(name or run_dir.resolve().name, run_dir)
+    run.series = _collect_series(_read_jsonl(run_dir / METRICS_FILE))
+    if (run_dir / ALERTS_FILE).is_file():
+        for record in _read_jsonl(run_dir / ALERTS_FILE):
+            severity = str(record.get("severity") or record.get("state") or "warning")
+            run.alerts.append(
+                Alert(
+                    record["step"],
+                    severity,
+                    str(record.get("rule", "")),
+                    str(record.get("message", "")),
+                )
+            )
+    return run
+
+
+def _pattern_regex(pattern: str) -> re.Pattern[str]:
+    """`train/*/success` -> a regex where `*` stands for one key part (no `/`)."""
+    return re.compile("^" + "[^/]+".join(map(re.escape, pattern.split("*"))) + "$")
+
+
+def panel_series(run: RunData, panel: Panel) -> list[tuple[str, str]]:
+    """The (label, key) pairs of `run` that `panel` draws, in panel order.
+
+    Several keys matching one pattern (two envs) get the matched part in their label.
+    """
+    found = []
+    for label, pattern in panel.series:
+        regex = _pattern_regex(pattern)
+        keys = sorted(key for key in run.series if regex.match(key))
+        for key in keys:
+            found.append((f"{label} {key.split('/')[1]}" if len(keys) > 1 else label, key))
+    return found
+
+
+def _plot_series(ax: Axes, run: RunData, key: str, color: str, style: str, label: str) -> None:
+    """One metric line; sparse series (validation) get point markers; CI bands are shaded."""
+    steps, values = run.series[key]
+    marker = "o" if len(steps) <= 40 else None
+    ax.plot(steps, values, linestyle=style, color=color, marker=marker, markersize=3, label=label)
+    low, high = run.series.get(key + "_ci95_low"), run.series.get(key + "_ci95_high")
+    if low is not None and high is not None and np.array_equal(low[0], high[0]):
+        ax.fill_between(low[0], low[1], high[1], color=color, alpha=0.15, linewidth=0)
+
+
+def _draw_alerts(ax: Axes, run: RunData, style: str) -> int:
+    """Vertical lines at `run`'s alert steps, coloured by severity; returns how many."""
+    seen = set()
+    for alert in run.alerts:
+        if (alert.step, alert.severity) in seen:
+            continue
+        seen.add((alert.step, alert.severity))
+        color = SEVERITY_COLORS.get(alert.severity, UNKNOWN_SEVERITY_COLOR)
+        ax.axvline(alert.step, color=color, linestyle=style, linewidth=1.2, alpha=0.8,
+                   gid=f"alert-{alert.severity}")  # fmt: skip
+    return len(seen)
+
+
+def draw_panel(ax: Axes, runs: Sequence[RunData], panel: Panel, colors: Sequence[str]) -> bool:
+    """Draw `panel` for every run on `ax`; False (and a "no data" note) when nothing matched.
+
+    One run: one colour per series. Several runs: one colour per run, one line style per
+    series (the figure legend names the runs).
+    """
+    ax.set_title(panel.title, fontsize=10)
+    ax.set_xlabel("step", fontsize=8)
+    ax.tick_params(labelsize=8)
+    ax.grid(True, alpha=0.3)
+    drew = False
+    for r, run in enumerate(runs):
+        for s, (label, key) in enumerate(panel_series(run, panel)):
+            color = colors[s] if len(runs) == 1 else colors[r]
+            _plot_series(ax, run, key, color, SERIES_STYLES[s % len(SERIES_STYLES)], label)
+            drew = True
+        _draw_alerts(ax, run, ALERT_STYLES[r % len(ALERT_STYLES)] if len(runs) > 1 else "-")
+    if not drew:
+        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes,
+                fontsize=11, color="#888888")  # fmt: skip
+        return False
+    _series_legend(ax, several_runs=len(runs) > 1)
+    return True
+
+
+def _series_legend(ax: Axes, several_runs: bool) -> None:
+    """Per-panel legend: series labels (one run) or series line styles in grey (several)."""
+    if not several_runs:
+        ax.legend(fontsize=7, loc="best")
+        return
+    labels: dict[str, str] = {}
+    for line in ax.lines:
+        if line.get_gid() is None and not line.get_label().startswith("_"):
+            labels.setdefault(line.get_label(), line.get_linestyle())
+    if len(labels) > 1:
+        handles = [Line2D([], [], color="#555555", linestyle=ls) for ls in labels.values()]
+        ax.legend(handles, list(labels), fontsize=7, loc="best")
+
+
+def _figure_header(
+    fig: Figure, runs: Sequence[RunData], colors: Sequence[str], title: str, ncol: int
+) -> None:
+    """The title, and a legend of run names (several runs) and alert severities under it.
+
+    The title is the legend's own title when there is a legend: a suptitle would overlap an
+    "outside" legend under constrained layout.
+    """
+    handles, labels = [], []
+    if len(runs) > 1:
+        for r, run in enumerate(runs):
+            handles.append(Line2D([], [], color=colors[r], linewidth=2))
+            labels.append(run.name)
+    for r, run in enumerate(runs):
+        style = ALERT_STYLES[r % len(ALERT_STYLES)] if len(runs) > 1 else "-"
+        for severity in sorted({alert.severity for alert in run.alerts}):
+            color = SEVERITY_COLORS.get(severity, UNKNOWN_SEVERITY_COLOR)
+            handles.append(Line2D([], [], color=color, linewidth=1.2, linestyle=style))
+            labels.append(f"alert: {severity}" + (f" ({run.name})" if len(runs) > 1 else ""))
+    if handles:
+        fig.legend(handles, labels, loc="outside upper center", ncol=min(len(handles), ncol),
+                   fontsize=8, frameon=False, title=title, title_fontsize=11)  # fmt: skip
+    else:
+        fig.suptitle(title, fontsize=11)
+
+
+def run_names(runs: Sequence[RunData]) -> str:
+    """The run names joined for a title."""
+    return ", ".join(run.name for run in runs)
+
+
+def build_figure(
+    runs: Sequence[RunData], panels: Sequence[Panel] = PANELS, title: str | None = None
+) -> Figure:
+    """A figure with one subplot per panel (3 columns at most), ready to save.
+
+    Alert lines carry the gid `alert-<severity>`, so callers can find them in `ax.lines`.
+    """
+    ncols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    # Constrained layout makes room for the title and the "outside" figure legend.
+    fig = Figure(figsize=(4.4 * ncols, 3.2 * nrows + 0.6), dpi=DPI, layout="constrained")
+    colors = [LINE_COLORS[i % len(LINE_COLORS)] for i in range(max(len(runs), 4))]
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax, panel in zip(axes, panels, strict=False):
+        draw_panel(ax, runs, panel, colors)
+    for ax in axes[len(panels) :]:
+        ax.set_visible(False)
+    default = run_names(runs) if len(runs) == 1 else f"compare: {run_names(runs)}"
+    _figure_header(fig, runs, colors, title or default, ncol=2 * ncols)
+    return fig
+
+
+def _run_names(run_dirs: Sequence[Path]) -> list[str]:
+    """Folder names for the legend; the full path where two runs share a folder name."""
+    names = [Path(d).resolve().name for d in run_dirs]
+    return [str(d) if names.count(n) > 1 else n for d, n in zip(run_dirs, names, strict=True)]
+
+
+def write_report(run_dirs: list[Path], out_dir: Path | None = None) -> list[Path]:
+    """Write the PNGs for one run or a comparison of several; returns the written paths.
+
+    One run: `overview.png` plus one PNG per panel with data, in `out_dir` or `RUN/report/`.
+    Several: `compare.png` plus one PNG per panel, in `out_dir` or `./report-compare/`.
+    """
+    if not run_dirs:
+        raise UserError("no run folder given; pass at least one training run folder")
+    run_dirs = [Path(d) for d in run_dirs]
+    runs = [load_run(d, n) for d, n in zip(run_dirs, _run_names(run_dirs), strict=True)]
+    if out_dir is None:
+        out_dir = run_dirs[0] / "report" if len(runs) == 1 else Path("report-compare")
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out {out_dir} is a file; pass a folder")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    main_name = "overview.png" if len(runs) == 1 else "compare.png"
+    written = [_save(build_figure(runs), out_dir / main_name)]
+    for panel in PANELS:
+        if any(panel_series(run, panel) for run in runs):
+            fig = build_figure(runs, [panel], title=run_names(runs))
+            written.append(_save(fig, out_dir / f"{panel.name}.png"))
+    return written
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    """Render `fig` to `path` as PNG (Agg) and return the path."""
+    fig.savefig(path, format="png", dpi=DPI)
+    return path
+
+
+def report_main(runs: list[str], out: str | None) -> int:
+    """CLI entry: write the report and print one written path a line; returns exit code 0."""
+    paths = write_report([Path(r) for r in runs], Path(out) if out is not None else None)
+    for path in paths:
+        print(path)
+    return 0

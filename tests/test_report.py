@@ -1,0 +1,227 @@
+"""`starpo report`: PNG plots of runs, read from hand-written metrics/alerts files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pytest
+
+from starpo.errors import UserError
+from starpo.report import (
+    PANELS,
+    build_figure,
+    load_run,
+    panel_series,
+    report_main,
+    write_report,
+)
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+PANEL_FILES = {f"{panel.name}.png" for panel in PANELS}
+
+
+def _write_jsonl(path: Path, records: list[dict], tail: str = "") -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + tail, encoding="utf-8")
+
+
+def _make_run(root: Path, name: str, collapse: bool) -> Path:
+    """A 30-step run; a collapsing one loses success, std and entropy after step 15."""
+    run = root / name
+    run.mkdir(parents=True)
+    records = []
+    for step in range(1, 31):
+        late = collapse and step > 15
+        success = 0.1 if late else step / 30
+        record = {
+            "step": step,
+            "train/bandit/success": success,
+            "train/bandit/reward": 2 * success - 1,
+            "rollout/in_group_std": 0.0 if late else 0.5,
+            "rollout/kept_in_group_std": 0.1 if late else 0.6,
+            "actor/entropy": None if step == 10 else (0.1 if late else 2.0 - step / 30),
+            "actor/grad_norm": 5.0 if late else 1.0 + 0.1 * (step % 3),
+            "response_length/mean": 40.0 - step if collapse else 40.0 + step,
+            "response_length/think_mean": 20.0,
+            "diagnostics/state": 2 if late else 0,
+        }
+        if step % 5 == 0:
+            record["val/bandit/success"] = success
+            record["val/bandit/success_ci95_low"] = max(0.0, success - 0.1)
+            record["val/bandit/success_ci95_high"] = min(1.0, success + 0.1)
+        records.append(record)
+    # A run killed mid-write leaves half a line at the end.
+    _write_jsonl(run / "metrics.jsonl", records, tail='{"step": 31, "train/ban')
+    if collapse:
+        alerts = [
+            {"step": 12, "state": "warning", "rule": "std_drop", "severity": "warning",
+             "message": "in-group reward std is falling"},
+            {"step": 18, "state": "collapse", "rule": "entropy", "severity": "collapse",
+             "message": "entropy collapsed"},
+        ]  # fmt: skip
+        _write_jsonl(run / "alerts.jsonl", alerts)
+    return run
+
+
+def _assert_png(path: Path) -> None:
+    """A real, non-blank PNG that matplotlib reads back."""
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE, path
+    assert len(data) > 5_000, path
+    image = matplotlib.image.imread(path)
+    assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+    assert float(np.var(image)) > 0, f"{path} is blank"
+
+
+def _alert_lines(fig) -> list:
+    return [
+        line for ax in fig.axes for line in ax.lines if (line.get_gid() or "").startswith("alert-")
+    ]
+
+
+def test_single_run_writes_overview_and_panels(tmp_path):
+    run = _make_run(tmp_path, "collapsing", collapse=True)
+    paths = write_report([run])
+    assert paths[0] == run / "report" / "overview.png"
+    assert {p.name for p in paths} == {"overview.png"} | PANEL_FILES
+    for path in paths:
+        _assert_png(path)
+
+
+def test_half_written_last_line_is_ignored_and_nulls_are_gaps(tmp_path):
+    run = load_run(_make_run(tmp_path, "collapsing", collapse=True))
+    steps, values = run.series["train/bandit/success"]
+    assert steps.tolist() == list(range(1, 31))
+    entropy_steps, entropy = run.series["actor/entropy"]
+    assert 10 in entropy_steps.tolist() and np.isnan(entropy[entropy_steps == 10]).all()
+    assert [(a.step, a.severity) for a in run.alerts] == [(12, "warning"), (18, "collapse")]
+
+
+def test_alert_markers_are_drawn_in_every_panel(tmp_path):
+    collapsing = load_run(_make_run(tmp_path, "collapsing", collapse=True))
+    healthy = load_run(_make_run(tmp_path, "healthy", collapse=False))
+    fig = build_figure([collapsing])
+    lines = _alert_lines(fig)
+    assert len(lines) == 2 * len(PANELS)  # one warning + one collapse per panel
+    assert {line.get_gid() for line in lines} == {"alert-warning", "alert-collapse"}
+    assert {line.get_xdata()[0] for line in lines} == {12, 18}
+    assert _alert_lines(build_figure([healthy])) == []
+
+
+def test_comparison_of_two_runs_writes_compare_png(tmp_path, monkeypatch):
+    a = _make_run(tmp_path, "collapsing", collapse=True)
+    b = _make_run(tmp_path, "healthy", collapse=False)
+    monkeypatch.chdir(tmp_path)
+    paths = write_report([a, b])
+    assert paths[0] == Path("report-compare") / "compare.png"
+    assert {p.name for p in paths} == {"compare.png"} | PANEL_FILES
+    for path in paths:
+        _assert_png(path)
+    fig = build_figure([load_run(a), load_run(b)])
+    legend_texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "collapsing" in legend_texts and "healthy" in legend_texts
+
+
+def test_out_dir_is_used(tmp_path):
+    run = _make_run(tmp_path, "healthy", collapse=False)
+    paths = write_report([run], tmp_path / "elsewhere")
+    assert all(p.parent == tmp_path / "elsewhere" for p in paths)
+
+
+def test_partial_metrics_skip_missing_panels(tmp_path):
+    run = tmp_path / "partial"
+    run.mkdir()
+    _write_jsonl(run / "metrics.jsonl", [{"step": s, "actor/entropy": 1.0 / s} for s in (1, 2, 3)])
+    paths = write_report([run])
+    assert {p.name for p in paths} == {"overview.png", "entropy.png"}
+    for path in paths:
+        _assert_png(path)
+    fig = build_figure([load_run(run)])
+    no_data = [ax for ax in fig.axes if any(t.get_text() == "no data" for t in ax.texts)]
+    assert len(no_data) == len(PANELS) - 1
+
+
+def test_env_name_is_found_by_pattern(tmp_path):
+    run = tmp_path / "two_envs"
+    run.mkdir()
+    _write_jsonl(
+        run / "metrics.jsonl",
+        [{"step": 1, "train/sokoban/success": 0.5, "train/frozen/success": 0.2}],
+    )
+    success = next(panel for panel in PANELS if panel.name == "success")
+    assert panel_series(load_run(run), success) == [
+        ("train frozen", "train/frozen/success"),
+        ("train sokoban", "train/sokoban/success"),
+    ]
+
+
+def test_missing_folder_is_a_one_line_user_error(tmp_path):
+    with pytest.raises(UserError) as info:
+        write_report([tmp_path / "nope"])
+    assert "nope" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_folder_without_metrics_is_a_one_line_user_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError) as info:
+        write_report([tmp_path / "empty"])
+    message = str(info.value)
+    assert "empty" in message and "not a training run folder" in message
+    assert "\n" not in message
+
+
+def test_broken_line_in_the_middle_is_a_user_error(tmp_path):
+    run = tmp_path / "broken"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1}\n{oops\n{"step": 3}\n', encoding="utf-8")
+    with pytest.raises(UserError, match="metrics.jsonl:2"):
+        write_report([run])
+
+
+def test_report_main_prints_paths(tmp_path, capsys):
+    run = _make_run(tmp_path, "healthy", collapse=False)
+    assert report_main([str(run)], str(tmp_path / "out")) == 0
+    printed = capsys.readouterr().out.split()
+    assert printed[0] == str(tmp_path / "out" / "overview.png")
+    assert all(Path(p).is_file() for p in printed)
+
+
+def test_report_does_not_import_torch_or_pyplot():
+    # A fresh interpreter: other tests in this session may have loaded torch already.
+    code = (
+        "import sys, starpo.report; "
+        "print('torch' in sys.modules, 'matplotlib.pyplot' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_report_cli_writes_pngs_and_fails_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [
+        {"step": s, "train/bandit/success": s / 10, "actor/entropy": 1 - s / 20} for s in range(10)
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ok = subprocess.run(
+        [sys.executable, "-m", "starpo", "report", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert (run / "report" / "overview.png").is_file()
+    bad = subprocess.run(
+        [sys.executable, "-m", "starpo", "report", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
