@@ -294,6 +294,12 @@ def format_training_summary(cfg: Any, history: list[dict[str, Any]], out: Path) 
     return "\n".join(lines)
 
 
+def cmd_view(args: argparse.Namespace) -> int:
+    from starpo.viewer import view_main
+
+    return view_main(args.run, serve=args.serve, port=args.port)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from starpo.report import report_main
 
@@ -361,6 +367,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     p.add_argument("--quiet", action="store_true", help="no per-step lines")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("view", help="write a static HTML viewer of a run or eval folder")
+    p.add_argument("run", metavar="RUN", help="a training run folder or a starpo eval --out folder")
+    p.add_argument("--serve", action="store_true", help="also serve it on 127.0.0.1")
+    p.add_argument("--port", type=int, default=0, help="port for --serve (default: any free)")
+    p.set_defaults(func=cmd_view)
 
     p = sub.add_parser("report", help="PNG plots of training runs (several runs: compared)")
     p.add_argument("runs", nargs="+", metavar="RUN", help="training run folders")

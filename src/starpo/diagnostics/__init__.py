@@ -1,0 +1,28 @@
+"""Echo-Trap diagnostics: per-step collapse metrics and an online collapse detector.
+
+Imports only `starpo.types`, the standard library and numpy (never torch).
+"""
+
+from __future__ import annotations
+
+from starpo.diagnostics.config import DetectorConfig
+from starpo.diagnostics.detector import (
+    AlertLog,
+    CollapseDetector,
+    DetectorVerdict,
+    state_metrics,
+)
+from starpo.diagnostics.metrics import ResponseMemory, echo_trap_metrics
+from starpo.diagnostics.rules import RULES, Alert
+
+__all__ = [
+    "RULES",
+    "Alert",
+    "AlertLog",
+    "CollapseDetector",
+    "DetectorConfig",
+    "DetectorVerdict",
+    "ResponseMemory",
+    "echo_trap_metrics",
+    "state_metrics",
+]

@@ -1,0 +1,215 @@
+"""The collapse rules: small pure functions of the detector's running history.
+
+Every rule reads a `Signals` snapshot (EMAs, running peaks, short trends, grad-norm
+z-score) and the config, and returns an `Alert` or None. The detector owns the
+bookkeeping; rules never mutate anything, so each can be tested on a hand-built snapshot.
+Order of the Echo Trap (REFERENCE.md): in-group reward std and entropy fall first, then
+reward plateaus or drops with grad-norm spikes, reasoning shrinks, outputs repeat.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from starpo.diagnostics.config import DetectorConfig
+
+WARNING, COLLAPSE = "warning", "collapse"
+SEVERITY_LEVEL = {"healthy": 0, WARNING: 1, COLLAPSE: 2}
+EPS = 1e-8
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One rule firing at one step: the measured `value` crossed `threshold`."""
+
+    step: int
+    rule: str
+    severity: str  # "warning" | "collapse"
+    message: str
+    value: float
+    threshold: float
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass
+class Signals:
+    """Running history of the detector (JSON-serialisable, so checkpoints restore it).
+
+    Signal names: reward, std, zero_std, entropy, think, distinct, identical (EMAs), and
+    grad (handled by the z-score fields instead of an EMA).
+    """
+
+    updates: int = 0
+    reward_key: str | None = None
+    ema: dict[str, float] = field(default_factory=dict)
+    peak: dict[str, float] = field(default_factory=dict)  # running max of each EMA
+    low: dict[str, float] = field(default_factory=dict)  # running min of each EMA
+    base: dict[str, float] = field(default_factory=dict)  # `low` when `peak` was last set
+    trend: dict[str, list[float]] = field(default_factory=dict)  # last trend_steps+1 EMAs
+    reward_raw: list[float] = field(default_factory=list)  # last noise_window raw rewards
+    grad_history: list[float] = field(default_factory=list)  # clipped, last grad_window
+    grad_z: float | None = None  # z-score of this step's grad norm (None: not measured)
+    grad_ratio: float | None = None  # this step's grad norm / running mean
+    spike_steps: list[int] = field(default_factory=list)  # recent spike steps
+    first_warning_step: int | None = None
+    recent: list[list] = field(default_factory=list)  # [step, rule, severity] in window
+
+
+def window_mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and unbiased std by Welford's one-pass update (stable for large values)."""
+    mean, m2 = 0.0, 0.0
+    for count, x in enumerate(values, start=1):
+        delta = x - mean
+        mean += delta / count
+        m2 += delta * (x - mean)
+    n = len(values)
+    return mean, math.sqrt(m2 / (n - 1)) if n > 1 else 0.0
+
+
+def step_noise(values: list[float]) -> float:
+    """Std of the per-step noise of a series: std(first differences) / sqrt(2).
+
+    Differencing removes a linear trend (it only shifts the differences' mean), so a
+    steadily rising reward does not count as noise; a change of trend inflates the
+    estimate, which only makes the reward rules more conservative. 0.0 for < 3 values.
+    """
+    if len(values) < 3:
+        return 0.0
+    return float(np.std(np.diff(np.asarray(values, dtype=float)), ddof=1)) / math.sqrt(2.0)
+
+
+def trend_delta(s: Signals, name: str) -> float | None:
+    """EMA now minus the EMA `trend_steps` updates ago (None until two values exist)."""
+    values = s.trend.get(name, [])
+    return values[-1] - values[0] if len(values) > 1 else None
+
+
+def rule_reward_std(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
+    """(a) In-group reward std EMA < std_drop_ratio * its peak while reward is not rising.
+
+    "Not rising": the reward EMA gained at most reward_rise_tol * std peak over
+    trend_steps (or no reward is logged). Collapse when also the zero-std-group EMA
+    exceeds zero_std_collapse: most groups then give GRPO no signal at all.
+    """
+    std, peak = s.ema.get("std"), s.peak.get("std", 0.0)
+    if std is None or peak <= EPS:
+        return None
+    threshold = cfg.std_drop_ratio * peak
+    rise = trend_delta(s, "reward")
+    if std >= threshold or (rise is not None and rise > cfg.reward_rise_tol * peak):
+        return None
+    zero = s.ema.get("zero_std")
+    severe = zero is not None and zero > cfg.zero_std_collapse
+    message = f"in-group reward std EMA {std:.3g} < {cfg.std_drop_ratio} x peak {peak:.3g}"
+    if severe:
+        message += f"; zero-std groups {zero:.2f} > {cfg.zero_std_collapse}"
+    return Alert(step, "reward_std", COLLAPSE if severe else WARNING, message, std, threshold)
+
+
+def rule_entropy(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
+    """(b) Entropy EMA < entropy_drop_ratio * its peak, or it falls faster than
+    entropy_rate (relative drop per step, averaged over the last trend_steps). Warning."""
+    ent, peak = s.ema.get("entropy"), s.peak.get("entropy", 0.0)
+    if ent is None or peak <= EPS:
+        return None
+    threshold = cfg.entropy_drop_ratio * peak
+    if ent < threshold:
+        message = f"entropy EMA {ent:.3g} < {cfg.entropy_drop_ratio} x peak {peak:.3g}"
+        return Alert(step, "entropy", WARNING, message, ent, threshold)
+    values = s.trend.get("entropy", [])
+    if len(values) < 2 or values[0] <= EPS:
+        return None
+    rate = (values[0] - values[-1]) / values[0] / (len(values) - 1)
+    if rate > cfg.entropy_rate:
+        message = f"entropy EMA falls {rate:.1%} per step (> {cfg.entropy_rate:.1%})"
+        return Alert(step, "entropy", WARNING, message, rate, cfg.entropy_rate)
+    return None
+
+
+def rule_grad_spike(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
+    """(c) Grad norm z-score > grad_z (and > grad_min_ratio x the running mean). Warning;
+    collapse when another spike came within grad_repeat_steps and the reward EMA fell
+    over the last trend_steps."""
+    if not s.spike_steps or s.spike_steps[-1] != step or s.grad_z is None:
+        return None
+    repeated = any(0 < step - t <= cfg.grad_repeat_steps for t in s.spike_steps[:-1])
+    fall = trend_delta(s, "reward")
+    severe = repeated and fall is not None and fall < 0
+    message = f"grad-norm z-score {s.grad_z:.1f} > {cfg.grad_z} ({s.grad_ratio:.1f}x mean)"
+    if severe:
+        message += f"; repeated within {cfg.grad_repeat_steps} steps while reward falls"
+    return Alert(step, "grad_spike", COLLAPSE if severe else WARNING, message, s.grad_z, cfg.grad_z)
+
+
+def rule_think(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
+    """(d) Think-length EMA < think_drop_ratio * its peak, once the peak exceeded
+    think_min_peak tokens (runs without thinking never alert). Warning."""
+    think, peak = s.ema.get("think"), s.peak.get("think", 0.0)
+    if think is None or peak < cfg.think_min_peak:
+        return None
+    threshold = cfg.think_drop_ratio * peak
+    if think >= threshold:
+        return None
+    message = f"think length EMA {think:.3g} < {cfg.think_drop_ratio} x peak {peak:.3g} tokens"
+    return Alert(step, "think", WARNING, message, think, threshold)
+
+
+def rule_diversity(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
+    """(e) Identical-in-group EMA > identical_warn (warning) / identical_collapse
+    (collapse); or distinct-2 EMA < distinct_drop_ratio * its peak once the peak exceeded
+    distinct_min_peak (warning)."""
+    ident = s.ema.get("identical")
+    if ident is not None and ident > cfg.identical_warn:
+        severe = ident > cfg.identical_collapse
+        threshold = cfg.identical_collapse if severe else cfg.identical_warn
+        message = f"identical responses in group EMA {ident:.2f} > {threshold}"
+        return Alert(step, "diversity", COLLAPSE if severe else WARNING, message, ident, threshold)
+    dist, peak = s.ema.get("distinct"), s.peak.get("distinct", 0.0)
+    if dist is None or peak < cfg.distinct_min_peak:
+        return None
+    threshold = cfg.distinct_drop_ratio * peak
+    if dist >= threshold:
+        return None
+    message = f"distinct-2 EMA {dist:.3g} < {cfg.distinct_drop_ratio} x peak {peak:.3g}"
+    return Alert(step, "diversity", WARNING, message, dist, threshold)
+
+
+def rule_reward_collapse(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
+    """(f) Reward EMA fell below its peak by > reward_drop_frac of the rise to that peak.
+
+    Both the rise (peak minus the lowest EMA before it) and the drop must exceed
+    reward_noise_k x the reward's step noise, so noise alone never triggers. Collapse when
+    an earlier step already warned (the Echo Trap's order), else a warning.
+    """
+    reward, peak = s.ema.get("reward"), s.peak.get("reward")
+    if reward is None or peak is None:
+        return None
+    rise = peak - s.base.get("reward", peak)
+    noise_floor = cfg.reward_noise_k * step_noise(s.reward_raw)
+    threshold = peak - max(cfg.reward_drop_frac * rise, noise_floor)
+    if rise <= max(noise_floor, EPS) or reward >= threshold:
+        return None
+    warned = s.first_warning_step is not None and s.first_warning_step < step
+    message = f"reward EMA {reward:.3g} fell from peak {peak:.3g} (rise {rise:.3g})"
+    return Alert(
+        step, "reward_collapse", COLLAPSE if warned else WARNING, message, reward, threshold
+    )
+
+
+Rule = Callable[[Signals, DetectorConfig, int], "Alert | None"]
+
+# Rule name -> function; `diagnostics/alert/<name>` is logged for each.
+RULES: dict[str, Rule] = {
+    "reward_std": rule_reward_std,
+    "entropy": rule_entropy,
+    "grad_spike": rule_grad_spike,
+    "think": rule_think,
+    "diversity": rule_diversity,
+    "reward_collapse": rule_reward_collapse,
+}

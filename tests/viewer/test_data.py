@@ -1,0 +1,193 @@
+"""Unit tests: JSON escaping for <script>, the normaliser, and folder loading."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import urllib.request
+
+import pytest
+
+from starpo.errors import UserError
+from starpo.types import EnvStep, Episode
+from starpo.viewer import build_viewer, view_main
+from starpo.viewer.data import (
+    finite,
+    json_for_script,
+    load_run,
+    normalise_episode,
+    normalise_line,
+    read_metrics,
+)
+from starpo.viewer.html import render_page
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "</script><script>alert(1)</script>",
+        "<!-- <script>",
+        "a & b > c",
+        "line\u2028sep\u2029para",
+        'quote " backslash \\ tab \t',
+        "ünïcödé 漢字",
+    ],
+)
+def test_json_for_script_round_trips_and_has_no_raw_specials(text):
+    value = {"k<ey>": [text, {"nested": text}]}
+    encoded = json_for_script(value)
+    for char in "<>&\u2028\u2029":
+        assert char not in encoded
+    assert json.loads(encoded) == value
+
+
+def test_json_for_script_cannot_close_the_data_element(run_dir):
+    page = build_viewer(run_dir).read_text(encoding="utf-8")
+    data = re.search(r'<script type="application/json" id="data">(.*?)</script>', page, re.S)
+    assert data is not None
+    # The first </script> after the data tag is the data tag's own end: the hostile text
+    # in the run did not end it early, and parsing the element gives the text back.
+    model = json.loads(data.group(1))
+    assert (
+        "</script><script>window.__pwned=1</script>"
+        in model["sources"][0]["episodes"][0]["turns"][0]["response"]
+    )
+    assert page.count("<script") == 2  # the data element and the page's own script
+
+
+def test_finite_replaces_nan_and_inf():
+    assert finite({"a": [float("nan"), 1.5, float("inf")], "b": "x"}) == {
+        "a": [None, 1.5, None],
+        "b": "x",
+    }
+
+
+def test_normalise_trajectory_drops_tokens_and_keeps_turns(run_dir):
+    # split("\n"), not splitlines(): the hostile first line contains U+2028.
+    text = (run_dir / "trajectories" / "step_000010.jsonl").read_text(encoding="utf-8")
+    line = text.split("\n")[2]
+    ep = normalise_line(line)
+    assert ep["env_id"] == "sokoban" and ep["seed"] == 3 and ep["success"] is True
+    assert len(ep["turns"]) == 3
+    assert not {"token_ids", "logprobs", "loss_mask"} & set(ep)
+    turn = ep["turns"][0]
+    assert turn["actions"] == ["Right", "Jump"] and turn["executed"] == ["right"]
+    assert turn["num_invalid"] == 1 and turn["think"].startswith("go right")
+    assert turn["reward"] == pytest.approx(-0.1) and turn["env_reward"] == 0.0
+
+
+def test_normalise_episode_turns_steps_into_turns():
+    episode = Episode(
+        env_id="bandit",
+        seed=4,
+        policy="solver",
+        initial_observation="s0",
+        steps=[
+            EnvStep("a", "s1", 0.0, False, False, False, False),
+            EnvStep("b", "s2", 1.0, True, False, True, True),
+        ],
+        success=True,
+    )
+    ep = normalise_episode(episode)
+    assert [t["state"] for t in ep["turns"]] == ["s0", "s1"]
+    assert ep["final_state"] == "s2"
+    assert ep["turns"][0]["executed"] == [] and ep["turns"][0]["num_invalid"] == 1
+    assert ep["turns"][1]["executed"] == ["b"] and ep["reward"] == 1.0
+    assert normalise_line(episode.to_json()) == ep
+
+
+def test_normalise_line_rejects_other_objects():
+    with pytest.raises(ValueError):
+        normalise_line('{"step": 1}')
+
+
+def test_read_metrics_skips_nulls_and_bools(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "a": 0.5, "b": null, "c": true}\n\n{"step": 2, "a": 0.7}\n')
+    assert read_metrics(path) == {"a": [[1, 0.5], [2, 0.7]]}
+
+
+def test_load_run_sources_counts_and_cap(run_dir):
+    model = load_run(run_dir, cap=2)
+    labels = [s["label"] for s in model["sources"]]
+    assert labels == ["train step 10", "train step 20", "val step 10"]
+    first = model["sources"][0]
+    assert first["total"] == 3 and len(first["episodes"]) == 2
+    assert "train/bandit/success" in model["default_metrics"]
+    assert "other/thing" not in model["default_metrics"]
+    assert model["alerts"][0]["rule"] == "entropy_drop"
+    assert model["summary"] is None
+
+
+def test_load_eval_folder(eval_dir):
+    model = load_run(eval_dir)
+    (source,) = model["sources"]
+    assert source["kind"] == "eval" and source["total"] == 2
+    assert [e["policy"] for e in source["episodes"]] == ["random", "llm"]
+    assert model["summary"]["success_rate"] == 0.5 and model["metrics"] == {}
+
+
+def test_missing_trajectories_is_a_one_line_user_error(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0}\n')
+    with pytest.raises(UserError) as info:
+        build_viewer(tmp_path)
+    message = str(info.value)
+    assert str(tmp_path) in message and "trajectories" in message and "\n" not in message
+
+
+def test_missing_folder_and_bad_line_are_user_errors(tmp_path):
+    with pytest.raises(UserError):
+        load_run(tmp_path / "nope")
+    (tmp_path / "trajectories.jsonl").write_text("not json\n")
+    with pytest.raises(UserError, match="trajectories.jsonl:1"):
+        load_run(tmp_path)
+
+
+def test_build_viewer_default_and_explicit_out(run_dir, tmp_path):
+    assert build_viewer(run_dir) == run_dir / "viewer.html"
+    out = build_viewer(run_dir, out=tmp_path / "x" / "page.html")
+    assert out.is_file() and "Content-Security-Policy" in out.read_text()
+
+
+def test_page_has_no_remote_loads():
+    page = render_page({"run": "r<x>", "cap": 1, "sources": [], "metrics": {}, "alerts": []})
+    assert "default-src 'none'" in page and "unsafe-inline" not in page
+    assert "r&lt;x&gt;" in page
+    assert not re.search(r"(src|href)=\"?https?:", page)
+
+
+def test_view_main_prints_the_page_path(run_dir, capsys):
+    assert view_main(str(run_dir), serve=False, port=0) == 0
+    assert capsys.readouterr().out.strip() == str(run_dir / "viewer.html")
+
+
+def test_view_main_serves_until_ctrl_c(run_dir):
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from starpo.viewer import view_main; "
+        "sys.exit(view_main(sys.argv[1], True, 0))",
+        str(run_dir),
+    ]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    # readline() has no timeout: a watchdog kills a hung server so the test cannot hang.
+    watchdog = threading.Timer(30, proc.kill)
+    watchdog.start()
+    try:
+        assert proc.stdout.readline().strip().endswith("viewer.html")
+        line = proc.stdout.readline()  # the process prints this right after binding
+        url = line.split()[1]
+        assert line.startswith("serving http://127.0.0.1:")
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            assert b'id="data"' in reply.read()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
