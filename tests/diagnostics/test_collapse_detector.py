@@ -120,10 +120,37 @@ def test_noise_only_streams_stay_quiet(seed):
 
 
 def test_warm_up_suppresses_alerts():
-    # A collapse-level signal from the start: nothing during min_steps updates.
-    cfg = DetectorConfig(min_steps=5)
-    _, verdicts = run([{"diagnostics/identical_in_group": 1.0}] * 8, CollapseDetector(cfg))
+    # A collapse-level signal from the second update on: nothing during min_steps updates.
+    cfg = DetectorConfig(min_steps=5, ema_alpha=1.0)
+    stream = [{"diagnostics/identical_in_group": 0.0}] + [
+        {"diagnostics/identical_in_group": 1.0}
+    ] * 7
+    _, verdicts = run(stream, CollapseDetector(cfg))
     assert [v.state for v in verdicts] == ["healthy"] * 5 + ["collapse"] * 3
+
+
+def test_alike_answers_from_the_start_are_no_collapse():
+    # A two-armed bandit's answers are alike from step 1: no rise, no alert.
+    _, verdicts = run([{"diagnostics/identical_in_group": 1.0}] * 30, CollapseDetector())
+    assert {v.state for v in verdicts} == {"healthy"}
+
+
+def test_a_solved_task_may_turn_deterministic():
+    """Entropy and in-group std falling while 95% of episodes succeed is convergence."""
+    stream = [
+        {
+            "train/bandit/success": 0.95,
+            "train/bandit/reward": 0.2,
+            "actor/entropy": 1.0 * 0.7**i,
+            "rollout/in_group_std": 0.5 * 0.7**i,
+        }
+        for i in range(30)
+    ]
+    _, verdicts = run(stream, CollapseDetector())
+    assert {v.state for v in verdicts} == {"healthy"}
+    unsolved = [{k: v for k, v in row.items() if "success" not in k} for row in stream]
+    _, verdicts = run(unsolved, CollapseDetector())
+    assert verdicts[-1].state != "healthy"  # the same narrowing without success is flagged
 
 
 def test_state_fades_after_window():

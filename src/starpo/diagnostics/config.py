@@ -58,6 +58,11 @@ class DetectorConfig:
     distinct_min_peak: float = 0.2  # only once the peak was meaningful
     identical_warn: float = 0.5  # identical-in-group EMA above this -> warning
     identical_collapse: float = 0.9  # ... above this -> collapse
+    identical_rise: float = 0.3  # ... and only after rising this much above its lowest EMA
+    # A policy that solves this share of training episodes may turn deterministic: the
+    # narrowing rules (reward_std, entropy, think, diversity) stay quiet (convergence).
+    solved_success: float = 0.9
+    success_keys: tuple[str, ...] = ()  # () = the first key matching `train/<env>/success`
 
     # (f) reward collapse
     reward_drop_frac: float = 0.3  # EMA below peak by this fraction of the rise to the peak

@@ -106,6 +106,10 @@ def observe_grad(s: Signals, step: int, x: float, cfg: DetectorConfig) -> None:
     _append_bounded(history, x, cfg.grad_window)
 
 
+#: Rules about the policy narrowing; quiet once the task is solved (see solved_success).
+NARROWING_RULES = frozenset({"reward_std", "entropy", "think", "diversity"})
+
+
 class CollapseDetector:
     """Online collapse detector; `update` once per training step, in step order."""
 
@@ -118,7 +122,14 @@ class CollapseDetector:
         cfg, s = self.config, self.signals
         if s.reward_key is None:
             s.reward_key = find_reward_key(metrics)
+        success_keys = (
+            cfg.success_keys
+            or tuple(
+                k for k in sorted(metrics) if k.startswith("train/") and k.endswith("/success")
+            )[:1]
+        )
         keys = {
+            "success": success_keys,
             "reward": (s.reward_key,) if s.reward_key else (),
             "std": cfg.std_keys,
             "zero_std": cfg.zero_std_keys,
@@ -145,7 +156,9 @@ class CollapseDetector:
         s.updates += 1
         alerts: list[Alert] = []
         if s.updates > cfg.min_steps:
-            alerts = [a for rule in RULES.values() if (a := rule(s, cfg, step)) is not None]
+            solved = s.ema.get("success", 0.0) >= cfg.solved_success
+            rules = [r for name, r in RULES.items() if not (solved and name in NARROWING_RULES)]
+            alerts = [a for rule in rules if (a := rule(s, cfg, step)) is not None]
         return DetectorVerdict(step, self._record(step, alerts), alerts)
 
     def _record(self, step: int, alerts: list[Alert]) -> str:

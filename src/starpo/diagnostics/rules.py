@@ -162,10 +162,13 @@ def rule_think(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
 
 def rule_diversity(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
     """(e) Identical-in-group EMA > identical_warn (warning) / identical_collapse
-    (collapse); or distinct-2 EMA < distinct_drop_ratio * its peak once the peak exceeded
+    (collapse), once it has risen by identical_rise above its lowest level (a task whose
+    answers are always alike, such as a two-armed bandit, starts high and is no collapse);
+    or distinct-2 EMA < distinct_drop_ratio * its peak once the peak exceeded
     distinct_min_peak (warning)."""
     ident = s.ema.get("identical")
-    if ident is not None and ident > cfg.identical_warn:
+    risen = ident is not None and ident - s.low.get("identical", ident) >= cfg.identical_rise
+    if risen and ident > cfg.identical_warn:
         severe = ident > cfg.identical_collapse
         threshold = cfg.identical_collapse if severe else cfg.identical_warn
         message = f"identical responses in group EMA {ident:.2f} > {threshold}"

@@ -12,6 +12,15 @@ import torch
 
 from starpo.algorithms import filter_groups
 from starpo.config import TrainConfig, config_to_dict, save_config
+from starpo.diagnostics import (
+    AlertLog,
+    CollapseDetector,
+    DetectorConfig,
+    DetectorVerdict,
+    ResponseMemory,
+    echo_trap_metrics,
+    state_metrics,
+)
 from starpo.envs import make
 from starpo.rollout.engine import RolloutEngine, RolloutSettings
 from starpo.rollout.evaluate import ModelEvalResult, play_seeds, summarise_trajectories
@@ -20,6 +29,7 @@ from starpo.trainer.batch import build_batch
 from starpo.trainer.checkpoint import (
     capture_rng_state,
     find_resume_point,
+    latest_checkpoint,
     load_checkpoint,
     restore_rng_state,
     save_checkpoint,
@@ -102,8 +112,15 @@ class Trainer:
         self.val_engine = RolloutEngine(self.backend, tokenizer, RolloutSettings(**val))
         self.start_step = 0
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.detector = CollapseDetector(DetectorConfig())
+        self.memory = ResponseMemory()
+        self.alerts = AlertLog(self.run_dir / "alerts.jsonl")
+        self.rollbacks = 0
+        if not resume:
+            self.alerts.path.unlink(missing_ok=True)  # a new run starts a new alert log
         if resume:
             self._resume()
+            self.alerts.truncate_after(self.start_step)
         save_config(cfg, self.run_dir / "config.yaml")
         self.logger = RunLogger(
             self.run_dir,
@@ -155,9 +172,12 @@ class Trainer:
                 if self._due(step, self.cfg.trainer.val_every):
                     metrics.update(self.validate(step))
                 metrics["timing_s/step"] = time.perf_counter() - started
+                verdict = self.diagnose(step, metrics)
                 history.append(self._log(step, metrics))
                 if self._due(step, self.cfg.trainer.save_every) or step == last:
-                    self.save(step)
+                    self.save(step, healthy=verdict.state == "healthy")
+                if verdict.state == "collapse" and self._on_collapse(step):
+                    break
             if last == total:
                 self.export_final()
         finally:
@@ -179,6 +199,8 @@ class Trainer:
         )
         result = ModelEvalResult(trajectories, self.train_engine.generation_seconds - gen_before)
         metrics = rollout_metrics(f"train/{cfg.env.id}", result)
+        metrics.update(echo_trap_metrics(trajectories, self.memory))
+        self.memory.add(trajectories)
         timings["timing_s/rollout"] = time.perf_counter() - started
         kept = self.filter(trajectories, metrics)
         started = time.perf_counter()
@@ -244,8 +266,69 @@ class Trainer:
             print(line, file=sys.stderr, flush=True)
         return {"step": step, **metrics}
 
+    # ----------------------------------------------------------------- diagnostics
+    def diagnose(self, step: int, metrics: dict[str, float]) -> DetectorVerdict:
+        """Feed the collapse detector; log its state and alerts (metrics, alerts.jsonl, console)."""
+        verdict = self.detector.update(step, metrics)
+        metrics.update(state_metrics(verdict))
+        metrics["diagnostics/rollbacks"] = float(self.rollbacks)
+        self.alerts.write(verdict)
+        if verdict.alerts and not self.quiet:
+            for alert in verdict.alerts:
+                print(
+                    f"  [{alert.severity}] step {step} {alert.rule}: {alert.message}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        return verdict
+
+    def _on_collapse(self, step: int) -> bool:
+        """Act on a collapse as `trainer.on_collapse` says; True means stop training."""
+        action = self.cfg.trainer.on_collapse
+        if action == "warn":
+            return False
+        if action == "stop":
+            print(
+                f"collapse detected at step {step}: stopping (trainer.on_collapse=stop)",
+                file=sys.stderr,
+                flush=True,
+            )
+            self.save(step, healthy=False)
+            return True
+        return not self._rollback(step)
+
+    def _rollback(self, step: int) -> bool:
+        """Restore the last healthy checkpoint and continue more conservatively: half the
+        learning rates, and uncertainty filtering on. False when there is nothing to restore."""
+        healthy = latest_checkpoint(self.run_dir / "healthy")
+        if healthy is None:
+            print(
+                f"collapse at step {step} and no healthy checkpoint yet: stopping",
+                file=sys.stderr,
+                flush=True,
+            )
+            return False
+        state = load_checkpoint(healthy)
+        self._load_weights(state)
+        for optimizer in (self.optimizers.actor, self.optimizers.critic):
+            for group in optimizer.param_groups if optimizer is not None else []:
+                group["lr"] *= 0.5
+        if not self.cfg.filter.enabled:
+            self.cfg.filter.enabled, self.cfg.filter.ratio = True, 0.5
+        self.detector = CollapseDetector(DetectorConfig())  # judge the new course afresh
+        self.rollbacks += 1
+        print(
+            f"collapse at step {step}: rolled back to step {state['step']}, halved the "
+            f"learning rates, filter on (ratio {self.cfg.filter.ratio})",
+            file=sys.stderr,
+            flush=True,
+        )
+        return True
+
     # ----------------------------------------------------------------- checkpoints
-    def save(self, step: int) -> Path:
+    def save(self, step: int, healthy: bool = True) -> Path:
+        """A checkpoint in `checkpoints/`; with `on_collapse=rollback`, a healthy step is also
+        kept in `healthy/` (never pruned by newer, possibly collapsing, checkpoints)."""
         models, optimizers = self.models, self.optimizers
         state = {
             "step": step,
@@ -255,17 +338,32 @@ class Trainer:
             "critic_optim": optimizers.critic.state_dict() if optimizers.critic else None,
             "rng": capture_rng_state(),
             "config": config_to_dict(self.cfg),
+            "diagnostics": {
+                "detector": self.detector.state_dict(),
+                "memory": self.memory.state_dict(),
+                "rollbacks": self.rollbacks,
+            },
         }
+        if healthy and self.cfg.trainer.on_collapse == "rollback":
+            save_checkpoint(self.run_dir / "healthy", step, state, keep=1)
         return save_checkpoint(self.run_dir, step, state, keep=self.cfg.trainer.keep_checkpoints)
 
-    def _resume(self) -> None:
-        state = load_checkpoint(find_resume_point(self.run_dir))
+    def _load_weights(self, state: dict[str, Any]) -> None:
         load_trainable_state(self.models.actor, state["actor"])
         self.optimizers.actor.load_state_dict(state["actor_optim"])
         if self.models.critic is not None:
             load_trainable_state(self.models.critic, state["critic"])
             self.optimizers.critic.load_state_dict(state["critic_optim"])
+
+    def _resume(self) -> None:
+        state = load_checkpoint(find_resume_point(self.run_dir))
+        self._load_weights(state)
         restore_rng_state(state["rng"])
+        diagnostics = state.get("diagnostics")
+        if diagnostics:
+            self.detector.load_state_dict(diagnostics["detector"])
+            self.memory.load_state_dict(diagnostics["memory"])
+            self.rollbacks = diagnostics["rollbacks"]
         self.start_step = int(state["step"])
         if not self.quiet:
             print(f"resumed from step {self.start_step}", file=sys.stderr)
