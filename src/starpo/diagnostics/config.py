@@ -62,6 +62,8 @@ class DetectorConfig:
     # A policy that solves this share of training episodes may turn deterministic: the
     # narrowing rules (reward_std, entropy, think, diversity) stay quiet (convergence).
     solved_success: float = 0.9
+    # ... and so do they while the success EMA rises more than this over trend_steps.
+    learning_rise: float = 0.05
     success_keys: tuple[str, ...] = ()  # () = the first key matching `train/<env>/success`
 
     # (f) reward collapse

@@ -30,6 +30,7 @@ from starpo.diagnostics.rules import (
     SEVERITY_LEVEL,
     Alert,
     Signals,
+    trend_delta,
     window_mean_std,
 )
 
@@ -156,10 +157,21 @@ class CollapseDetector:
         s.updates += 1
         alerts: list[Alert] = []
         if s.updates > cfg.min_steps:
-            solved = s.ema.get("success", 0.0) >= cfg.solved_success
-            rules = [r for name, r in RULES.items() if not (solved and name in NARROWING_RULES)]
+            rules = [
+                r
+                for name, r in RULES.items()
+                if not (name in NARROWING_RULES and self.converging())
+            ]
             alerts = [a for rule in rules if (a := rule(s, cfg, step)) is not None]
         return DetectorVerdict(step, self._record(step, alerts), alerts)
+
+    def converging(self) -> bool:
+        """Narrowing is expected while the success rate climbs or once the task is solved:
+        success EMA >= solved_success, or up by more than learning_rise over trend_steps."""
+        s, cfg = self.signals, self.config
+        rise = trend_delta(s, "success")
+        solved = s.ema.get("success", 0.0) >= cfg.solved_success
+        return solved or (rise is not None and rise > cfg.learning_rise)
 
     def _record(self, step: int, alerts: list[Alert]) -> str:
         """Remember this step's alerts and return the worst state over the window."""

@@ -116,6 +116,7 @@ class Trainer:
         self.memory = ResponseMemory()
         self.alerts = AlertLog(self.run_dir / "alerts.jsonl")
         self.rollbacks = 0
+        self._alerting: set[str] = set()
         if not resume:
             self.alerts.path.unlink(missing_ok=True)  # a new run starts a new alert log
         if resume:
@@ -273,8 +274,10 @@ class Trainer:
         metrics.update(state_metrics(verdict))
         metrics["diagnostics/rollbacks"] = float(self.rollbacks)
         self.alerts.write(verdict)
-        if verdict.alerts and not self.quiet:
-            for alert in verdict.alerts:
+        new = [a for a in verdict.alerts if a.rule not in self._alerting]
+        self._alerting = {a.rule for a in verdict.alerts}  # print a rule when it starts firing
+        if not self.quiet:
+            for alert in new:
                 print(
                     f"  [{alert.severity}] step {step} {alert.rule}: {alert.message}",
                     file=sys.stderr,
