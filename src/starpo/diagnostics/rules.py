@@ -90,6 +90,18 @@ def trend_delta(s: Signals, name: str) -> float | None:
     return values[-1] - values[0] if len(values) > 1 else None
 
 
+def below_peak(
+    s: Signals, name: str, ratio: float, min_peak: float = 0.0
+) -> tuple[float, float, float] | None:
+    """(EMA, peak, threshold) when the EMA of `name` is below ratio x its running peak and
+    the peak is meaningful (> EPS and >= min_peak); None otherwise."""
+    value, peak = s.ema.get(name), s.peak.get(name, 0.0)
+    if value is None or peak <= EPS or peak < min_peak:
+        return None
+    threshold = ratio * peak
+    return (value, peak, threshold) if value < threshold else None
+
+
 def rule_reward_std(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
     """(a) In-group reward std EMA < std_drop_ratio * its peak while reward is not rising.
 
@@ -97,12 +109,12 @@ def rule_reward_std(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
     trend_steps (or no reward is logged). Collapse when also the zero-std-group EMA
     exceeds zero_std_collapse: most groups then give GRPO no signal at all.
     """
-    std, peak = s.ema.get("std"), s.peak.get("std", 0.0)
-    if std is None or peak <= EPS:
+    hit = below_peak(s, "std", cfg.std_drop_ratio)
+    if hit is None:
         return None
-    threshold = cfg.std_drop_ratio * peak
+    std, peak, threshold = hit
     rise = trend_delta(s, "reward")
-    if std >= threshold or (rise is not None and rise > cfg.reward_rise_tol * peak):
+    if rise is not None and rise > cfg.reward_rise_tol * peak:
         return None
     zero = s.ema.get("zero_std")
     severe = zero is not None and zero > cfg.zero_std_collapse
@@ -115,11 +127,9 @@ def rule_reward_std(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
 def rule_entropy(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
     """(b) Entropy EMA < entropy_drop_ratio * its peak, or it falls faster than
     entropy_rate (relative drop per step, averaged over the last trend_steps). Warning."""
-    ent, peak = s.ema.get("entropy"), s.peak.get("entropy", 0.0)
-    if ent is None or peak <= EPS:
-        return None
-    threshold = cfg.entropy_drop_ratio * peak
-    if ent < threshold:
+    hit = below_peak(s, "entropy", cfg.entropy_drop_ratio)
+    if hit is not None:
+        ent, peak, threshold = hit
         message = f"entropy EMA {ent:.3g} < {cfg.entropy_drop_ratio} x peak {peak:.3g}"
         return Alert(step, "entropy", WARNING, message, ent, threshold)
     values = s.trend.get("entropy", [])
@@ -150,12 +160,10 @@ def rule_grad_spike(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
 def rule_think(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
     """(d) Think-length EMA < think_drop_ratio * its peak, once the peak exceeded
     think_min_peak tokens (runs without thinking never alert). Warning."""
-    think, peak = s.ema.get("think"), s.peak.get("think", 0.0)
-    if think is None or peak < cfg.think_min_peak:
+    hit = below_peak(s, "think", cfg.think_drop_ratio, cfg.think_min_peak)
+    if hit is None:
         return None
-    threshold = cfg.think_drop_ratio * peak
-    if think >= threshold:
-        return None
+    think, peak, threshold = hit
     message = f"think length EMA {think:.3g} < {cfg.think_drop_ratio} x peak {peak:.3g} tokens"
     return Alert(step, "think", WARNING, message, think, threshold)
 
@@ -173,12 +181,10 @@ def rule_diversity(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
         threshold = cfg.identical_collapse if severe else cfg.identical_warn
         message = f"identical responses in group EMA {ident:.2f} > {threshold}"
         return Alert(step, "diversity", COLLAPSE if severe else WARNING, message, ident, threshold)
-    dist, peak = s.ema.get("distinct"), s.peak.get("distinct", 0.0)
-    if dist is None or peak < cfg.distinct_min_peak:
+    hit = below_peak(s, "distinct", cfg.distinct_drop_ratio, cfg.distinct_min_peak)
+    if hit is None:
         return None
-    threshold = cfg.distinct_drop_ratio * peak
-    if dist >= threshold:
-        return None
+    dist, peak, threshold = hit
     message = f"distinct-2 EMA {dist:.3g} < {cfg.distinct_drop_ratio} x peak {peak:.3g}"
     return Alert(step, "diversity", WARNING, message, dist, threshold)
 
