@@ -78,3 +78,15 @@ def test_resume_logs_the_same_metrics_as_an_uninterrupted_run(
     assert _comparable(read_metrics(split)) == _comparable(read_metrics(straight))
     final_a = json.loads((straight / "final" / "config.json").read_text())
     assert final_a == json.loads((split / "final" / "config.json").read_text())
+
+
+def test_step_line_shows_the_policy_entropy(
+    tmp_path: Path, bigram_model, make_bandit_config, capsys
+):
+    """The console line reads actor/entropy, not a same-named diagnostics flag."""
+    cfg = make_bandit_config("grpo", total_steps=1, **{"trainer.val_before_train": "false"})
+    model, tokenizer = bigram_model()
+    (row,) = Trainer(cfg, tmp_path, model=model, tokenizer=tokenizer).train()
+    line = next(x for x in capsys.readouterr().err.splitlines() if x.startswith("step 1/1"))
+    assert row["actor/entropy"] > 0.05  # the bigram policy is not deterministic yet
+    assert f"| entropy {row['actor/entropy']:.2f} |" in line

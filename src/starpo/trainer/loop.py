@@ -45,8 +45,6 @@ from starpo.trainer.sinks import RunLogger, format_step_line
 from starpo.trainer.update import Optimizers, ppo_update, prepare
 from starpo.types import Trajectory
 
-STEP_LINE_KEYS = ("success", "reward", "format_ok", "entropy", "grad_norm", "val_success")
-
 
 def rollout_metrics(prefix: str, result: ModelEvalResult) -> dict[str, float]:
     """Namespaced episode statistics: `train/<env>/success`, `val/<env>/success`, ..."""
@@ -259,11 +257,16 @@ class Trainer:
     def _log(self, step: int, metrics: dict[str, float]) -> dict[str, Any]:
         self.logger.log(step, metrics)
         if not self.quiet:
-            short = {key.rsplit("/", 1)[-1]: value for key, value in metrics.items()}
-            val_key = f"val/{self.cfg.env.validation_id}/success"
-            if val_key in metrics:
-                short["val_success"] = metrics[val_key]
-            line = format_step_line(step, self.cfg.trainer.total_steps, short, STEP_LINE_KEYS)
+            train, val = f"train/{self.cfg.env.id}", f"val/{self.cfg.env.validation_id}"
+            keys = {
+                "success": f"{train}/success",
+                "reward": f"{train}/reward",
+                "format_ok": f"{train}/format_ok",
+                "entropy": "actor/entropy",
+                "grad_norm": "actor/grad_norm",
+                "val_success": f"{val}/success",
+            }
+            line = format_step_line(step, self.cfg.trainer.total_steps, metrics, keys)
             print(line, file=sys.stderr, flush=True)
         return {"step": step, **metrics}
 
