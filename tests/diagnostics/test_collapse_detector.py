@@ -246,3 +246,26 @@ def test_alert_log_appends_and_truncates(tmp_path):
     assert log.read() == [r for r in records if r["step"] <= 22]
     assert not (tmp_path / "alerts.jsonl.tmp").exists()
     assert AlertLog(tmp_path / "x.jsonl").path == tmp_path / "x.jsonl"
+
+
+def test_repetition_at_a_steady_reward_is_a_warning_not_a_collapse():
+    # Answers become identical within groups while the reward holds its level (a bandit
+    # policy that settled): warn, but no collapse; the same with a falling reward collapses.
+    rng = np.random.default_rng(0)
+    steady = [
+        {
+            "train/bandit/reward": 0.25 + 0.05 * rng.standard_normal(),
+            "diagnostics/identical_in_group": min(1.0, 0.1 + 0.05 * i),
+        }
+        for i in range(40)
+    ]
+    _, verdicts = run(steady)
+    states = {v.state for v in verdicts}
+    assert "warning" in states and "collapse" not in states
+    falling = [
+        dict(row, **{"train/bandit/reward": 0.5 - 0.015 * i}) for i, row in enumerate(steady)
+    ]
+    _, verdicts = run(falling)
+    assert any(
+        a.rule == "diversity" and a.severity == "collapse" for v in verdicts for a in v.alerts
+    )

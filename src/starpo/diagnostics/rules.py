@@ -102,6 +102,14 @@ def below_peak(
     return (value, peak, threshold) if value < threshold else None
 
 
+def reward_clearly_below_peak(s: Signals, cfg: DetectorConfig) -> bool:
+    """The reward EMA sits below its running peak by more than reward_noise_k x its noise."""
+    reward, peak = s.ema.get("reward"), s.peak.get("reward")
+    if reward is None or peak is None:
+        return True  # no reward logged: repetition alone decides
+    return peak - reward > cfg.reward_noise_k * step_noise(s.reward_raw)
+
+
 def rule_reward_std(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
     """(a) In-group reward std EMA < std_drop_ratio * its peak while reward is not rising.
 
@@ -170,14 +178,16 @@ def rule_think(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
 
 def rule_diversity(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
     """(e) Identical-in-group EMA > identical_warn (warning) / identical_collapse
-    (collapse), once it has risen by identical_rise above its lowest level (a task whose
-    answers are always alike, such as a two-armed bandit, starts high and is no collapse);
-    or distinct-2 EMA < distinct_drop_ratio * its peak once the peak exceeded
-    distinct_min_peak (warning)."""
+    (collapse, when the reward is also clearly below its peak), once it has risen by
+    identical_rise above its lowest level (a task whose answers are always alike, such as
+    a two-armed bandit, starts high and is no collapse); or distinct-2 EMA <
+    distinct_drop_ratio * its peak once the peak exceeded distinct_min_peak (warning)."""
     ident = s.ema.get("identical")
     risen = ident is not None and ident - s.low.get("identical", ident) >= cfg.identical_rise
     if risen and ident > cfg.identical_warn:
-        severe = ident > cfg.identical_collapse
+        # Repetition is a collapse only when the reward suffers too: a policy that settled
+        # on its best answer repeats it as well.
+        severe = ident > cfg.identical_collapse and reward_clearly_below_peak(s, cfg)
         threshold = cfg.identical_collapse if severe else cfg.identical_warn
         message = f"identical responses in group EMA {ident:.2f} > {threshold}"
         return Alert(step, "diversity", COLLAPSE if severe else WARNING, message, ident, threshold)
