@@ -71,7 +71,8 @@ class HFBackend:
         self._cache: DynamicCache | None = None
         self._mask = torch.zeros(0, 0, dtype=torch.long, device=self.device)  # (B, T)
         self._pending: dict[int, list[int]] = {}  # sampled, not yet fed into the cache
-        self._history: dict[int, list[int]] = {}  # every token fed, per session
+        # Every token fed, per session: only the re-encoding mode needs it.
+        self._history: dict[int, list[int]] = {}
 
     def release(self, sessions: Iterable[int]) -> None:
         gone = set(sessions)
@@ -92,7 +93,8 @@ class HFBackend:
         chunks = []
         for r in requests:
             chunk = self._pending.pop(r.session, []) + list(r.new_token_ids)
-            self._history.setdefault(r.session, []).extend(chunk)
+            if not self.reuse_cache:
+                self._history.setdefault(r.session, []).extend(chunk)
             chunks.append(chunk)
         if self.reuse_cache:
             self._align(sessions)
@@ -197,9 +199,10 @@ class HFBackend:
                 break
             active_t = torch.tensor(active, device=self.device)
             feed = torch.where(active_t, tokens, torch.full_like(tokens, self.pad_token_id))
-            for i in range(n):
-                if active[i]:
-                    self._history[sessions[i]].append(int(tokens[i]))
+            if not self.reuse_cache:
+                for i in range(n):
+                    if active[i]:
+                        self._history[sessions[i]].append(int(tokens[i]))
             logits = self._forward(feed[:, None], active_t.long()[:, None])
         return [
             Generation(
