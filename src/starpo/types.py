@@ -74,9 +74,11 @@ class Turn:
     reward: float  # env_reward + format_penalty + format_bonus (what is trained on)
     format_penalty: float = 0.0  # negative when the format was broken or an action invalid
     format_bonus: float = 0.0  # optional shaping for a well-formed turn (rollout.format_reward)
-    num_valid: int = 0
-    num_effective: int = 0
-    num_invalid: int = 0
+    # Counts over the actions attempted: the parsed ones, in order, until the episode's budget
+    # of valid actions ran out or the env ended (later ones are not attempted nor judged).
+    num_valid: int = 0  # == len(executed); only these use the action budget
+    num_effective: int = 0  # valid actions that changed the env state
+    num_invalid: int = 0  # rejected by the env (no effect, no budget used, format penalty)
     response_tokens: int = 0
     think_tokens: int = 0
     finish_reason: str = "stop"  # "stop" or "length" (hit the per-turn token budget)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -180,3 +181,70 @@ def test_format_reward_shapes_well_formed_turns(scripted_backend):
     malformed, wrong_action = traj.turns
     assert malformed.format_bonus == 0.0 and malformed.reward == pytest.approx(-0.1)
     assert wrong_action.format_bonus == 0.3 and wrong_action.reward == pytest.approx(0.2)
+
+
+# ------------------------------------------------------------------ the action budget
+def _play(scripted_backend, replies: dict[int, str], **settings) -> Trajectory:
+    """One Sokoban episode (seed 10000, env budget 10) whose turn t answers `replies[t]`."""
+    tokenizer = load_tokenizer()
+    answers = {t: f" x</think><answer>{a}</answer><|im_end|>" for t, a in replies.items()}
+    engine = RolloutEngine(
+        scripted_backend(tokenizer, lambda s, t: answers[t]),
+        tokenizer,
+        RolloutSettings(**settings),
+    )
+    (traj,) = engine.run("sokoban", [10000], group_size=1)
+    return traj
+
+
+def _actions_left_shown(traj: Trajectory) -> list[int]:
+    """The K of "You have K actions left" in each user message."""
+    users = [m["content"] for m in traj.messages if m["role"] == "user"]
+    return [int(re.search(r"You have (\d+) actions left\.", u).group(1)) for u in users]
+
+
+def test_prompt_states_the_per_turn_cap_and_the_valid_actions_left(scripted_backend):
+    """N in "up to N actions" is max_actions_per_turn; K counts only valid actions used, so
+    "Foo || Up" costs one action of the trajectory budget, not two."""
+    traj = _play(
+        scripted_backend,
+        {1: "Foo || Up", 2: "Down"},
+        max_turns=2,
+        max_actions_per_turn=3,
+        max_actions_per_traj=7,
+    )
+    first_user = traj.messages[1]["content"]
+    assert "You can make up to 3 actions, separated by ||." in first_user
+    assert _actions_left_shown(traj) == [7, 6]
+    first, second = traj.turns
+    assert first.executed == ["Up"] and (first.num_valid, first.num_invalid) == (1, 1)
+    assert first.format_penalty == pytest.approx(-0.1)  # the attempted "Foo" was invalid
+    assert second.executed == ["Down"] and traj.num_actions == 3
+
+
+def test_invalid_action_does_not_crowd_out_the_last_valid_one(scripted_backend):
+    """With one action left, "Foo || Up" still executes Up, which spends the budget."""
+    traj = _play(scripted_backend, {1: "Foo || Up"}, max_turns=3, max_actions_per_traj=1)
+    (turn,) = traj.turns  # the budget is spent: the episode ends after one turn
+    assert turn.executed == ["Up"] and (turn.num_valid, turn.num_invalid) == (1, 1)
+
+
+def test_actions_past_the_budget_are_not_attempted_nor_judged(scripted_backend):
+    traj = _play(scripted_backend, {1: "Up || Foo || Down"}, max_turns=3, max_actions_per_traj=1)
+    (turn,) = traj.turns
+    assert turn.executed == ["Up"] and (turn.num_valid, turn.num_invalid) == (1, 0)
+    assert turn.format_penalty == 0.0 and turn.reward == pytest.approx(turn.env_reward)
+
+
+def test_all_invalid_turns_leave_the_budget_untouched(scripted_backend):
+    """Two all-invalid turns would spend a budget of 2 if invalid actions counted."""
+    traj = _play(
+        scripted_backend,
+        {1: "Foo || Bar", 2: "Jump", 3: "Up || Left || Down"},
+        max_turns=3,
+        max_actions_per_traj=2,
+    )
+    assert len(traj.turns) == 3 and _actions_left_shown(traj) == [2, 2, 2]
+    assert [t.num_invalid for t in traj.turns] == [2, 1, 0]
+    assert all(t.format_penalty == pytest.approx(-0.1) for t in traj.turns[:2])
+    assert traj.turns[2].executed == ["Up", "Left"]  # the budget of 2 stops before "Down"

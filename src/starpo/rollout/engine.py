@@ -51,7 +51,7 @@ class _Episode:
     session: int
     trajectory: Trajectory
     state: str
-    actions_used: int = 0
+    actions_used: int = 0  # valid actions executed (invalid ones use no budget)
     last_env_reward: float = 0.0
     stop_text: str = ""
     finished: bool = False
@@ -126,6 +126,7 @@ class RolloutEngine:
         return episodes
 
     def _actions_left(self, episode: _Episode) -> int:
+        """Valid actions the episode may still take: the trajectory budget or the env's."""
         return min(
             self.settings.max_actions_per_traj - episode.actions_used, episode.env.steps_left
         )
@@ -193,13 +194,26 @@ class RolloutEngine:
         )
 
     def _execute(self, episode: _Episode, turn: Turn, actions: list[str]) -> bool:
-        """Apply the turn's actions within the budget; return whether the env ended."""
-        for action in actions[: max(self._actions_left(episode), 0)]:
+        """Apply the turn's actions in order; return whether the env ended.
+
+        Only valid actions use the budget (as in RAGEN and the env contract: an invalid action
+        changes nothing), so a malformed action neither shortens the episode nor lowers the
+        "actions left" of the next prompt. Execution stops once the budget of valid actions is
+        spent or the env ends; later actions are never attempted and so never judged: they
+        count neither as valid nor as invalid and earn no format penalty, just like actions
+        beyond `max_actions_per_turn`, which the parser drops. This keeps
+        `num_valid + num_invalid` equal to the actions actually tried. (RAGEN also penalises an
+        invalid action past the budget; that only differs in a turn where the budget runs out
+        or the env ends.)
+        """
+        for action in actions:
+            if self._actions_left(episode) <= 0:
+                break  # budget spent: the remaining actions are not attempted
             state, reward, terminated, truncated, info = episode.env.step(action)
-            episode.actions_used += 1
             episode.state = state
             turn.env_reward += reward
             if info["action_is_valid"]:
+                episode.actions_used += 1
                 turn.num_valid += 1
                 turn.executed.append(info["action"])
                 turn.num_effective += int(info["action_is_effective"])

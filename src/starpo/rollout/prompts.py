@@ -4,6 +4,14 @@ system: "You're a helpful assistant."
 user (turn 1): instruction, symbol legend, action list, then the turn block.
 user (turn i > 1): "Reward:\\n<r>" then the turn block.
 turn block: "Turn i:\\nState:\\n<grid>\\nYou have K actions left. Always output: ..."
+
+The two numbers are the limits the rollout engine enforces:
+- "You can make up to N actions" is per turn: N = max_actions_per_turn, the most actions the
+  parser reads from one answer (the rest are dropped). RAGEN's code fills N with
+  max_actions_per_traj instead (10 in its Sokoban prompt, while its parser keeps 5), which
+  promises actions it never runs; we keep its wording but state the per-turn cap.
+- "You have K actions left" is per trajectory: K = min(max_actions_per_traj - valid actions
+  executed so far, env.steps_left). Invalid actions use no budget, as in RAGEN.
 """
 
 from __future__ import annotations
@@ -27,7 +35,10 @@ def format_instruction(*, think: bool, max_response_words: int) -> str:
 
 
 def task_description(env: TextEnv, *, max_actions_per_turn: int) -> str:
-    """Instruction, legend and actions: the part of the first user message that never changes."""
+    """Instruction, legend and actions: the part of the first user message that never changes.
+
+    `max_actions_per_turn` is the per-turn cap (see the module docstring), not the episode's.
+    """
     lines = [env.instruction]
     if env.legend:
         lines.append(f"The meaning of each symbol in the state is: {env.legend_text()}")
@@ -41,7 +52,8 @@ def task_description(env: TextEnv, *, max_actions_per_turn: int) -> str:
 def turn_block(
     turn: int, state: str, *, actions_left: int, think: bool, max_response_words: int
 ) -> str:
-    """One turn's state and the format reminder."""
+    """One turn's state and the format reminder; `actions_left`: the episode's remaining
+    budget of valid actions."""
     return (
         f"Turn {turn}:\nState:\n{state}\nYou have {actions_left} actions left. "
         + format_instruction(think=think, max_response_words=max_response_words)
