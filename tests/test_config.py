@@ -143,7 +143,8 @@ def test_paper_presets_follow_the_paper(env_id):
         )
         assert cfg.algorithm.adv_estimator == "gae"
     assert not vanilla.filter.enabled
-    assert (vanilla.algorithm.kl_coef, vanilla.algorithm.kl_estimator) == (0.001, "k1")
+    assert (vanilla.algorithm.kl_coef, vanilla.algorithm.kl_estimator) == (0.001, "k3")
+    assert vanilla.algorithm.dual_clip == 3.0
     assert (vanilla.algorithm.clip_low, vanilla.algorithm.clip_high) == (0.2, 0.2)
     assert star_s.filter.enabled and (star_s.filter.ratio, star_s.filter.mode) == (0.25, "top_std")
     assert star_s.algorithm.kl_coef == 0.0
@@ -334,7 +335,7 @@ def test_direct_construction_is_validated_and_coerced():
         ),
         (["algorithm.adv_estimator=gpro"], "did you mean algorithm.adv_estimator=grpo?"),
         (["algorithm.loss_agg=mean"], "algorithm.loss_agg must be one of"),
-        (["algorithm.kl_estimator=k4"], "algorithm.kl_estimator must be one of k1, k2, k3"),
+        (["algorithm.kl_estimator=k4"], "algorithm.kl_estimator must be one of auto, k1, k2, k3"),
         (["filter.mode=top"], "filter.mode must be one of top_std, bottom_std"),
         (["algorithm.reward_placement=turn"], "algorithm.reward_placement must be one of"),
         (["trainer.wandb_mode=onlin"], "did you mean trainer.wandb_mode=online?"),
@@ -344,7 +345,8 @@ def test_direct_construction_is_validated_and_coerced():
         (["algorithm.clip_high=-0.1"], "algorithm.clip_high must be >= 0"),
         (["algorithm.dual_clip=1"], "algorithm.dual_clip must be > 1"),
         (["algorithm.dual_clip=0.5"], "algorithm.dual_clip must be > 1"),
-        (["rollout.temperature=-0.1"], "rollout.temperature must be >= 0"),
+        (["rollout.temperature=-0.1"], "rollout.temperature must be > 0"),
+        (["rollout.temperature=0"], "greedy rollouts cannot train"),
         (["rollout.top_p=0"], "rollout.top_p must be > 0.0 and <= 1.0"),
         (["rollout.top_p=1.1"], "rollout.top_p must be > 0.0 and <= 1.0"),
         (["rollout.max_turns=0"], "rollout.max_turns must be >= 1"),
@@ -465,6 +467,7 @@ COUPLED = {
     "optim.mini_batch_size",
     "optim.micro_batch_size",
     "algorithm.adv_estimator",
+    "algorithm.tis_cap",  # needs algorithm.recompute_old_logprobs not false
 }
 TEXT = st.text(string.ascii_letters + string.digits + " -_/.:,#{}[]'\"=!@", max_size=12)
 SCALAR = st.one_of(st.integers(), st.floats(allow_nan=False), st.booleans(), TEXT)

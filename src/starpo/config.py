@@ -32,7 +32,8 @@ from starpo.errors import UserError, closest_match
 
 
 def _f(default: Any, help: str, **rules: Any) -> Any:
-    """A config field: default, help text, and rules (choices, gt/ge/lt/le, example)."""
+    """A config field: default, help text, and rules (choices, gt/ge/lt/le, example, and
+    `why`: the reason a bound exists, shown when it is broken)."""
     meta = {"help": help, **rules}
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
@@ -98,8 +99,10 @@ class ModelConfig(_Section):
     device: str = _f("cpu", "Where the models run: cpu, cuda or cuda:N.")
     dtype: str = _f(
         "auto",
+        "Compute dtype. bf16: forwards run under torch.autocast in bf16 while trainable "
+        "weights and optimizer state stay fp32 (frozen reference / LoRA base in bf16). "
         "auto = bf16 on a GPU that supports it, else fp32 (bf16 is very slow on CPU).",
-        choices=("auto", "fp32", "bf16", "fp16", "float32", "bfloat16", "float16"),
+        choices=("auto", "fp32", "bf16", "float32", "bfloat16"),
     )
     lora: LoraConfig = _section(LoraConfig, "LoRA adapters")
     gradient_checkpointing: bool = _f(False, "Recompute activations: less memory, more compute.")
@@ -137,10 +140,19 @@ class RolloutConfig(_Section):
     group_size: int = _f(16, "Rollouts per group; all share one seed.", ge=1)
     max_turns: int = _f(5, "Turns per episode at most.", ge=1)
     max_actions_per_turn: int = _f(5, "Actions one answer may hold (separated by ||).", ge=1)
-    max_actions_per_traj: int = _f(10, "Actions per episode at most.", ge=1)
+    max_actions_per_traj: int = _f(
+        10, "Valid actions per episode at most (invalid ones use none).", ge=1
+    )
     max_new_tokens: int = _f(400, "Token budget of one turn's response.", ge=1)
     max_response_words: int = _f(100, "Response length the prompt asks for, in words.", ge=1)
-    temperature: float = _f(1.0, "Sampling temperature of training rollouts (0 = greedy).", ge=0.0)
+    temperature: float = _f(
+        1.0,
+        "Sampling temperature of training rollouts, > 0: PPO needs the log-probs of the "
+        "distribution it samples from (greedy is for validation: trainer.val_temperature=0).",
+        gt=0.0,
+        why="greedy rollouts cannot train: the PPO ratio needs the sampling distribution's "
+        "log-probs; validation may be greedy with trainer.val_temperature=0",
+    )
     top_p: float = _f(1.0, "Nucleus sampling mass of training rollouts.", gt=0.0, le=1.0)
     think: bool = _f(True, "Ask for <think>...</think> first; false = prompt ends with <answer>.")
     format_penalty: float = _f(
@@ -194,28 +206,60 @@ class AlgorithmConfig(_Section):
     grpo_eps: float = _f(1e-6, "GRPO: (R - mean) / (std + grpo_eps).", gt=0.0)
     reward_placement: str = _f(
         "trajectory",
-        "Reward on the last assistant token, or each turn's on that turn's last token.",
+        "Reward on the last assistant token, or each turn's on that turn's last token "
+        "(gae only: bi_level_gae always uses per-turn rewards, grpo the trajectory's).",
         choices=("trajectory", "per_turn"),
     )
     clip_low: float = _f(0.2, "PPO clip: ratio >= 1 - clip_low.", ge=0.0)
     clip_high: float = _f(0.28, "PPO clip: ratio <= 1 + clip_high (vanilla StarPO: 0.2).", ge=0.0)
     dual_clip: float | None = _f(
-        None, "Dual-clip c > 1 (negative advantages); null = off.", gt=1.0, example=3.0
+        3.0,
+        "Dual-clip c > 1: a negative advantage's loss is capped at -A x c (verl's "
+        "clip_ratio_c, always on in RAGEN); null = off.",
+        gt=1.0,
+        example=3.0,
     )
     loss_agg: str = _f(
         "token_mean",
         "token_mean: mean over all tokens; seq_mean_token_mean: mean per sequence, then over "
-        "sequences; seq_mean_token_sum: sum per sequence, then mean over sequences.",
+        "sequences; seq_mean_token_sum: sum per sequence, then mean over sequences. Means "
+        "are over the whole mini-batch, whatever optim.micro_batch_size.",
         choices=("token_mean", "seq_mean_token_mean", "seq_mean_token_sum"),
     )
     entropy_coef: float = _f(0.001, "Entropy bonus coefficient.", ge=0.0)
     kl_coef: float = _f(0.0, "KL-to-reference coefficient; 0 = no reference model.", ge=0.0)
     kl_estimator: str = _f(
-        "k1", "Schulman's KL estimators: k1 = log-ratio, k2, k3.", choices=("k1", "k2", "k3")
+        "auto",
+        "Schulman's KL estimators: k1 = log-ratio, k2, k3 (verl's low_var_kl). auto = k3 "
+        "as a loss term, k1 in the reward. k1 as a loss has zero expected gradient: it "
+        "regularises nothing.",
+        choices=("auto", "k1", "k2", "k3"),
     )
     kl_in_reward: bool = _f(False, "Apply the KL as a reward penalty instead of a loss term.")
     value_clip: float = _f(0.5, "Critic value clip range.", gt=0.0)
     vf_coef: float = _f(1.0, "Critic loss coefficient.", ge=0.0)
+    recompute_old_logprobs: bool | None = _f(
+        None,
+        "Recompute the PPO ratio's old log-probs with the training model after the rollout "
+        "(as RAGEN/verl do) instead of using the rollout's; null = auto: on when rollout "
+        "and training numerics differ (model.dtype bf16).",
+        example=True,
+    )
+    tis_cap: float | None = _f(
+        None,
+        "Truncated importance sampling against the rollout/training mismatch: weight each "
+        "token's loss by min(pi_train_old / pi_rollout, tis_cap); needs recomputed old "
+        "log-probs. null = off.",
+        gt=0.0,
+        example=2.0,
+    )
+
+    @property
+    def kl_loss_estimator(self) -> str:
+        """The estimator in use: `kl_estimator`, or for auto k1 in the reward, k3 as a loss."""
+        if self.kl_estimator != "auto":
+            return self.kl_estimator
+        return "k1" if self.kl_in_reward else "k3"
 
     @property
     def uses_critic(self) -> bool:
@@ -230,7 +274,7 @@ class AlgorithmConfig(_Section):
 class OptimConfig(_Section):
     _prefix = "optim"
 
-    actor_lr: float = _f(1e-6, "Actor learning rate (AdamW, constant after warm-up).", gt=0.0)
+    actor_lr: float = _f(1e-6, "Actor learning rate (AdamW; see lr_schedule).", gt=0.0)
     critic_lr: float = _f(1e-5, "Critic learning rate.", gt=0.0)
     weight_decay: float = _f(0.01, "AdamW weight decay.", ge=0.0)
     betas: tuple[float, float] = _f((0.9, 0.999), "AdamW betas.")
@@ -238,7 +282,24 @@ class OptimConfig(_Section):
     ppo_epochs: int = _f(1, "Policy updates per rollout batch; 1 = fully on-policy.", ge=1)
     mini_batch_size: int = _f(32, "Trajectories per optimizer step.", ge=1)
     micro_batch_size: int = _f(4, "Trajectories per forward/backward (memory only).", ge=1)
-    lr_warmup_steps: int = _f(0, "Linear learning-rate warm-up, in optimizer steps.", ge=0)
+    lr_warmup_steps: int = _f(
+        0, "Linear learning-rate warm-up over this many optimizer updates (0 = none).", ge=0
+    )
+    lr_schedule: str = _f(
+        "constant",
+        "After warm-up: constant (the paper) or cosine decay to min_lr_ratio x lr at the "
+        "last update.",
+        choices=("constant", "cosine"),
+    )
+    min_lr_ratio: float = _f(
+        0.0, "cosine: final learning rate / base learning rate.", ge=0.0, le=1.0
+    )
+    max_skipped_updates: int = _f(
+        5,
+        "Stop the run after this many consecutive updates skipped for a non-finite "
+        "(NaN/Inf) loss or gradient norm.",
+        ge=1,
+    )
 
     def _check(self) -> None:
         for i, beta in enumerate(self.betas):
@@ -324,6 +385,11 @@ class TrainConfig(_Section):
                 f"optim.mini_batch_size={mini} does not divide the {batch} trajectories trained "
                 f"per step ({groups} x rollout.group_size={self.rollout.group_size}); "
                 f"e.g. optim.mini_batch_size={_divisor_below(batch, mini)}"
+            )
+        if self.algorithm.tis_cap is not None and self.algorithm.recompute_old_logprobs is False:
+            raise UserError(
+                "algorithm.tis_cap corrects the rollout/training mismatch and needs the old "
+                "log-probs recomputed; set algorithm.recompute_old_logprobs=true (or null)"
             )
         micro = self.optim.micro_batch_size
         if mini % micro:
@@ -428,8 +494,9 @@ def _check_rules(value: Any, meta: Mapping[str, Any], key: str, example: Any) ->
         need = " and ".join(
             f"{sign} {meta[rule]}" for rule, (_, sign) in _BOUNDS.items() if rule in meta
         )
+        why = f" ({meta['why']})" if "why" in meta else ""
         raise UserError(
-            f"{key} must be {need}, got {_show(value)}; e.g. {key}={_yaml_text(example)}"
+            f"{key} must be {need}, got {_show(value)}{why}; e.g. {key}={_yaml_text(example)}"
         )
 
 

@@ -76,18 +76,15 @@ def test_on_collapse_stop(tmp_path, bigram_model, make_bandit_config):
 def test_on_collapse_rollback(tmp_path, bigram_model, make_bandit_config, save_every):
     model, tokenizer = bigram_model()
     model.requires_grad_(True)
-    cfg = make_bandit_config(
-        "grpo",
-        total_steps=14,
-        **{
-            "optim.actor_lr": "0.05",
-            "trainer.val_every": "0",
-            "trainer.val_before_train": "false",
-            "trainer.val_seeds": "4",
-            "trainer.on_collapse": "rollback",
-            "trainer.save_every": save_every,
-        },
-    )
+    overrides = {
+        "optim.actor_lr": "0.05",
+        "trainer.val_every": "0",
+        "trainer.val_before_train": "false",
+        "trainer.val_seeds": "4",
+        "trainer.on_collapse": "rollback",
+        "trainer.save_every": save_every,
+    }
+    cfg = make_bandit_config("grpo", total_steps=14, **overrides)
     trainer = Trainer(cfg, tmp_path, quiet=True, model=model, tokenizer=tokenizer)
     history = trainer.train()
     assert trainer.rollbacks >= 1
@@ -95,3 +92,18 @@ def test_on_collapse_rollback(tmp_path, bigram_model, make_bandit_config, save_e
     assert trainer.optimizers.actor.param_groups[0]["lr"] <= 0.025  # halved at least once
     assert trainer.cfg.filter.enabled
     assert (tmp_path / "healthy" / "checkpoints").is_dir()
+
+    # Killed after its last checkpoint and resumed from the user's config: the rollback's
+    # changes (filter on, halved learning rates) come back from the checkpoint.
+    fresh_cfg = make_bandit_config("grpo", total_steps=14, **overrides)
+    assert not fresh_cfg.filter.enabled
+    model, tokenizer = bigram_model()
+    model.requires_grad_(True)
+    resumed = Trainer(
+        fresh_cfg, tmp_path, resume=True, quiet=True, model=model, tokenizer=tokenizer
+    )
+    assert resumed.start_step == 14 and resumed.rollbacks == trainer.rollbacks
+    assert (resumed.cfg.filter.enabled, resumed.cfg.filter.ratio) == (True, 0.5)
+    lr = trainer.optimizers.actor.param_groups[0]["lr"]
+    assert resumed.optimizers.actor.param_groups[0]["lr"] == lr
+    assert resumed.optimizers.actor_schedule.base_lrs == trainer.optimizers.actor_schedule.base_lrs

@@ -8,10 +8,19 @@ from pathlib import Path
 import pytest
 import torch
 
+from starpo.trainer.checkpointing import decoder_layers
 from starpo.trainer.loop import Trainer
 
 VARIANTS = {
-    "vanilla-starpo-kl-k1": {"algorithm.kl_coef": "0.001", "algorithm.clip_high": "0.2"},
+    "vanilla-starpo-kl-loss-k3": {"algorithm.kl_coef": "0.001", "algorithm.clip_high": "0.2"},
+    "kl-loss-k1-explicit": {"algorithm.kl_coef": "0.001", "algorithm.kl_estimator": "k1"},
+    "recompute-old-logprobs-tis-cosine": {
+        "algorithm.recompute_old_logprobs": "true",
+        "algorithm.tis_cap": "2.0",
+        "optim.lr_schedule": "cosine",
+        "optim.lr_warmup_steps": "1",
+    },
+    "bf16-autocast-with-critic-and-kl": {"model.dtype": "bf16", "algorithm.kl_coef": "0.01"},
     "kl-k3-in-reward": {
         "algorithm.kl_coef": "0.01",
         "algorithm.kl_estimator": "k3",
@@ -38,6 +47,12 @@ VARIANTS = {
         "model.lora.rank": "4",
         "model.lora.alpha": "8",
         "algorithm.kl_coef": "0.01",
+    },
+    "lora-gradient-checkpointing": {  # adapters inside the recomputed layers; a critic too
+        "model.gradient_checkpointing": "true",
+        "model.lora.enabled": "true",
+        "model.lora.rank": "4",
+        "model.lora.alpha": "8",
     },
 }
 
@@ -68,5 +83,9 @@ def test_variant_trains(tmp_path: Path, name: str, bigram_model, make_bandit_con
     if name.startswith("lora"):
         assert all("lora" in n for n in before)  # only adapters train
         assert (tmp_path / "final" / "config.json").is_file()  # merged export
+    if "checkpointing" in name:  # the trainer did switch it on, for actor and critic
+        for module in (trainer.models.actor, trainer.models.critic):
+            layers = decoder_layers(module)
+            assert layers and all("forward" in vars(layer) for layer in layers)
     if "filter" in name:
         assert last["rollout/kept_trajectories"] == 8

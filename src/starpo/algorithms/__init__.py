@@ -21,15 +21,17 @@ from starpo.algorithms.losses import (
     AGGREGATIONS,
     KL_ESTIMATORS,
     aggregate,
+    aggregation_count,
     entropy_from_logits,
     explained_variance,
     kl_penalty,
     ppo_policy_loss,
     token_logprobs,
+    truncated_is_weights,
     value_loss,
 )
 from starpo.algorithms.masked import masked_mean, masked_sum, masked_var, masked_whiten
-from starpo.algorithms.rewards import pad_turns, place_rewards
+from starpo.algorithms.rewards import pad_turns, place_rewards, turn_sums
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -40,6 +42,7 @@ __all__ = [
     "AdvantageParams",
     "FilterResult",
     "aggregate",
+    "aggregation_count",
     "bi_level_gae",
     "compute_advantages",
     "entropy_from_logits",
@@ -57,5 +60,7 @@ __all__ = [
     "place_rewards",
     "ppo_policy_loss",
     "token_logprobs",
+    "turn_sums",
+    "truncated_is_weights",
     "value_loss",
 ]

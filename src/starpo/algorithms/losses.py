@@ -22,43 +22,68 @@ MAX_LOG_RATIO = 20.0
 K3_LOG_RATIO_CLAMP = 10.0
 
 
-def _token_mean(loss_mat: Tensor, mask: Tensor) -> Tensor:
-    return masked_mean(loss_mat, mask)
+def _token_sum(loss_mat: Tensor, mask: Tensor) -> Tensor:
+    return masked_sum(loss_mat, mask)
 
 
-def _mean_over_nonempty(per_seq: Tensor, mask: Tensor) -> Tensor:
-    # Sequences without agent tokens carry no loss: they are left out of the mean
-    # rather than averaged in as zeros (and an all-empty batch gives 0, not NaN).
-    nonempty = mask.bool().any(dim=1)  # (B,)
-    return masked_mean(per_seq, nonempty)
+def _seq_token_means(loss_mat: Tensor, mask: Tensor) -> Tensor:
+    # Sequences without agent tokens contribute 0 here and are not counted below, so they
+    # are left out of the mean rather than averaged in as zeros.
+    return masked_mean(loss_mat, mask, dim=1).sum()
 
 
-def _seq_mean_token_mean(loss_mat: Tensor, mask: Tensor) -> Tensor:
-    return _mean_over_nonempty(masked_mean(loss_mat, mask, dim=1), mask)
+def _seq_token_sums(loss_mat: Tensor, mask: Tensor) -> Tensor:
+    return masked_sum(loss_mat, mask, dim=1).sum()
 
 
-def _seq_mean_token_sum(loss_mat: Tensor, mask: Tensor) -> Tensor:
-    return _mean_over_nonempty(masked_sum(loss_mat, mask, dim=1), mask)
+def _token_count(mask: Tensor) -> Tensor:
+    return mask.bool().sum()
 
 
-AGGREGATIONS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
-    "token_mean": _token_mean,
-    "seq_mean_token_mean": _seq_mean_token_mean,
-    "seq_mean_token_sum": _seq_mean_token_sum,
+def _nonempty_seq_count(mask: Tensor) -> Tensor:
+    return mask.bool().any(dim=1).sum()
+
+
+# Each aggregation is a sum over the batch divided by a count of the batch: (numerator,
+# count). Splitting them is what makes micro-batching exact: each micro-batch divides its
+# own sum by the count of the whole mini-batch, so the micro-batch losses add up to the
+# mini-batch loss however the rows are split.
+AGGREGATIONS: dict[str, tuple[Callable[[Tensor, Tensor], Tensor], Callable[[Tensor], Tensor]]] = {
+    "token_mean": (_token_sum, _token_count),
+    "seq_mean_token_mean": (_seq_token_means, _nonempty_seq_count),
+    "seq_mean_token_sum": (_seq_token_sums, _nonempty_seq_count),
 }
 
 
-def aggregate(loss_mat: Tensor, mask: Tensor, mode: str = "token_mean") -> Tensor:
-    """Reduce a per-token loss (B, T) to a scalar over the agent tokens.
-
-    token_mean:          sum_{b,t} m l / sum_{b,t} m           (every token weighs the same)
-    seq_mean_token_mean: mean_b [ sum_t m l / sum_t m ]         (every sequence weighs the same)
-    seq_mean_token_sum:  mean_b [ sum_t m l ]                   (long sequences weigh more)
-    The seq means run over sequences with at least one agent token; no token at all gives 0.
-    """
+def _check_mode(mode: str) -> None:
     if mode not in AGGREGATIONS:
         raise ValueError(f"unknown aggregation {mode!r}; valid: {sorted(AGGREGATIONS)}")
-    return AGGREGATIONS[mode](loss_mat, mask)
+
+
+def aggregation_count(mask: Tensor, mode: str = "token_mean") -> float:
+    """The denominator of `aggregate` for this mask: its agent tokens (token_mean) or its
+    sequences with at least one agent token (seq_* modes). Compute it over a mini-batch and
+    pass it as `count` to every micro-batch's `aggregate`."""
+    _check_mode(mode)
+    return float(AGGREGATIONS[mode][1](mask))
+
+
+def aggregate(
+    loss_mat: Tensor, mask: Tensor, mode: str = "token_mean", count: float | None = None
+) -> Tensor:
+    """Reduce a per-token loss (B, T) to a scalar over the agent tokens.
+
+    token_mean:          sum_{b,t} m l / N_tok              (every token weighs the same)
+    seq_mean_token_mean: sum_b [ sum_t m l / sum_t m ] / N_seq  (every sequence the same)
+    seq_mean_token_sum:  sum_b [ sum_t m l ] / N_seq           (long sequences weigh more)
+    N_tok / N_seq: `count` when given (the agent tokens / non-empty sequences of the whole
+    mini-batch, see `aggregation_count`), else this batch's own; N = 0 gives 0, not NaN.
+    With `count` from the mini-batch, the losses of its micro-batches sum to its loss.
+    """
+    _check_mode(mode)
+    numerator, counter = AGGREGATIONS[mode]
+    total = counter(mask) if count is None else torch.as_tensor(count)
+    return numerator(loss_mat, mask) / total.clamp(min=1).to(loss_mat.dtype)
 
 
 def _frac(condition: Tensor, mask: Tensor) -> float:
@@ -74,6 +99,8 @@ def ppo_policy_loss(
     clip_high: float = 0.2,
     dual_clip: float | None = None,
     agg: str = "token_mean",
+    count: float | None = None,
+    is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO clipped surrogate with asymmetric ("clip-higher") and optional dual clipping.
 
@@ -82,6 +109,10 @@ def ppo_policy_loss(
         pg_loss2 = -A * clamp(ratio, 1 - clip_low, 1 + clip_high)
         loss_mat = max(pg_loss1, pg_loss2)
         dual clip (Ye et al. 2020), c = dual_clip > 1:  loss_mat = min(loss_mat, -A * c) if A < 0
+        importance weights w (B, T), optional:          loss_mat = w * loss_mat
+    `w` corrects for rollouts sampled by a policy other than the one that gave
+    `old_logprobs` (truncated importance sampling, see `truncated_is_weights`); it carries
+    no gradient. `agg` and `count` reduce loss_mat as in `aggregate`.
     Metrics: pg_loss; pg_clipfrac (A > 0, ratio > 1 + clip_high); pg_clipfrac_lower (A < 0,
     ratio < 1 - clip_low); dual_clipfrac (A < 0 and the cap is active); approx_kl, the k3
     estimate mean((ratio - 1) - log ratio) of KL(old || new), >= 0; ratio_mean; ratio_max.
@@ -103,9 +134,11 @@ def ppo_policy_loss(
         negative = advantages < 0
         metrics["dual_clipfrac"] = _frac(negative & (loss_mat.detach() > cap), m)
         loss_mat = torch.where(negative, torch.minimum(loss_mat, cap), loss_mat)
-    loss = aggregate(loss_mat, m, agg)
+    if is_weights is not None:
+        loss_mat = loss_mat * is_weights.detach()
+    loss = aggregate(loss_mat, m, agg, count)
     with torch.no_grad():
-        metrics["pg_loss"] = float(loss)
+        metrics["pg_loss"] = float(aggregate(loss_mat, m, agg))  # this batch's own mean
         metrics["pg_clipfrac"] = _frac((advantages > 0) & (ratio > 1.0 + clip_high), m)
         metrics["pg_clipfrac_lower"] = _frac((advantages < 0) & (ratio < 1.0 - clip_low), m)
         metrics["approx_kl"] = float(masked_mean((ratio - 1.0) - log_ratio, m))
@@ -174,6 +207,21 @@ def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: str = "k1") ->
     return KL_ESTIMATORS[estimator](logprobs, ref_logprobs)
 
 
+def truncated_is_weights(train_logprobs: Tensor, rollout_logprobs: Tensor, cap: float) -> Tensor:
+    """Truncated importance-sampling weights for a rollout/training mismatch, (B, T).
+
+        w = min(exp(train_logprobs - rollout_logprobs), cap)
+    where `train_logprobs` are the old policy's log-probs recomputed by the training model
+    and `rollout_logprobs` those the rollout engine sampled with (e.g. bf16 decoding, or
+    another backend). Tokens the engine over-sampled get w < 1; the cap bounds the
+    variance of under-sampled ones. No gradient flows through w.
+    """
+    if cap <= 0:
+        raise ValueError(f"the importance-weight cap must be > 0, got {cap}")
+    log_w = (train_logprobs - rollout_logprobs).clamp(max=MAX_LOG_RATIO)
+    return torch.exp(log_w).clamp(max=cap).detach()
+
+
 def value_loss(
     values: Tensor,
     old_values: Tensor,
@@ -181,13 +229,14 @@ def value_loss(
     mask: Tensor,
     clip: float | None = 0.5,
     agg: str = "token_mean",
+    count: float | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Clipped value loss (PPO), clip=None disables clipping.
 
         v_clipped = old + clamp(values - old, -clip, clip)
         loss_mat  = 0.5 * max((values - R)^2, (v_clipped - R)^2)
     Metrics: vf_loss; vf_clipfrac = fraction of masked tokens where the clipped term is the
-    larger one (i.e. the gradient is cut off).
+    larger one (i.e. the gradient is cut off). `agg` and `count` as in `aggregate`.
     """
     vf_losses1 = (values - returns).square()  # (B, T)
     if clip is None:
@@ -196,9 +245,12 @@ def value_loss(
         v_clipped = old_values + torch.clamp(values - old_values, -clip, clip)
         vf_losses2 = (v_clipped - returns).square()
     loss_mat = 0.5 * torch.maximum(vf_losses1, vf_losses2)
-    loss = aggregate(loss_mat, mask, agg)
+    loss = aggregate(loss_mat, mask, agg, count)
     with torch.no_grad():
-        metrics = {"vf_loss": float(loss), "vf_clipfrac": _frac(vf_losses2 > vf_losses1, mask)}
+        metrics = {
+            "vf_loss": float(aggregate(loss_mat, mask, agg)),
+            "vf_clipfrac": _frac(vf_losses2 > vf_losses1, mask),
+        }
     return loss, metrics
 
 

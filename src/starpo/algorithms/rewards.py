@@ -78,3 +78,18 @@ def pad_turns(
         rewards[b, : len(row_rewards)] = torch.tensor(list(row_rewards), dtype=dtype)
         ends_t[b, : len(row_ends)] = torch.tensor(list(row_ends), dtype=torch.long)
     return rewards, ends_t
+
+
+def turn_sums(token_values: Tensor, turn_ends: Tensor) -> Tensor:
+    """Per-turn sums of a per-token quantity: (B, T) and turn ends (B, K) -> (B, K).
+
+    Turn k covers positions (p_{k-1}, p_k] (p_0 = -1), so out[b, k] = sum of
+    token_values[b, p_{k-1}+1 .. p_k]; -1-padded turns get 0. Used to move a per-token
+    penalty (e.g. the KL in the reward) into per-turn rewards.
+    """
+    csum = torch.cumsum(token_values, dim=1)  # (B, T)
+    valid = turn_ends >= 0  # (B, K)
+    at_end = csum.gather(1, turn_ends.clamp(min=0))  # (B, K) cumulative sum up to p_k
+    at_end = torch.where(valid, at_end, torch.zeros_like(at_end))
+    before = torch.cat([at_end.new_zeros(at_end.shape[0], 1), at_end[:, :-1]], dim=1)
+    return torch.where(valid, at_end - before, torch.zeros_like(at_end))

@@ -55,12 +55,23 @@ class HFBackend:
 
     With `reuse_cache=False` every call re-encodes each session's whole sequence from an
     empty cache: slower, and used to check that cache reuse changes nothing.
+    `compute_dtype` other than fp32 runs every forward under `torch.autocast` in that dtype
+    (fp32 master weights, bf16 compute, as the trainer's update does).
     """
 
-    def __init__(self, model: Any, *, pad_token_id: int, seed: int = 0, reuse_cache: bool = True):
+    def __init__(
+        self,
+        model: Any,
+        *,
+        pad_token_id: int,
+        seed: int = 0,
+        reuse_cache: bool = True,
+        compute_dtype: torch.dtype = torch.float32,
+    ):
         self.model = model
         self.pad_token_id = pad_token_id
         self.reuse_cache = reuse_cache
+        self.compute_dtype = compute_dtype
         self.device = next(model.parameters()).device
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self._cache_arg = cache_argument(model)
@@ -101,9 +112,12 @@ class HFBackend:
         else:
             self._start(sessions)
             chunks = [list(self._history[s]) for s in sessions]
-        fresh = self._mask.shape[1] == 0
-        logits = self._feed_shared(chunks) if fresh else self._feed(chunks)
-        return self._decode(sessions, logits, params)
+        with torch.autocast(
+            self.device.type, dtype=self.compute_dtype, enabled=self.compute_dtype != torch.float32
+        ):
+            fresh = self._mask.shape[1] == 0
+            logits = self._feed_shared(chunks) if fresh else self._feed(chunks)
+            return self._decode(sessions, logits, params)
 
     # ------------------------------------------------------------------ batch state
     def _start(self, sessions: list[int]) -> None:

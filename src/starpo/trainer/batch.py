@@ -26,6 +26,8 @@ class TrainBatch:
     returns: torch.Tensor | None = None  # (B, T)
     old_values: torch.Tensor | None = None  # (B, T)
     ref_logprobs: torch.Tensor | None = None  # (B, T)
+    # (B, T) the rollout's log-probs, kept when old_logprobs are recomputed by the trainer
+    rollout_logprobs: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]

@@ -34,8 +34,11 @@ def logits_at(model: nn.Module, batch: TrainBatch, positions: torch.Tensor) -> t
     """
     prefix = shared_prefix_length(batch)
     if len(batch) == 1 or prefix < MIN_SHARED_PREFIX:
-        out = model(
-            input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=positions
+        out = model(  # no KV cache: nothing reads it, it would only hold memory until backward
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            logits_to_keep=positions,
+            use_cache=False,
         )
         return out.logits
     rows, length = batch.input_ids.shape

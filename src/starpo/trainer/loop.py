@@ -13,6 +13,7 @@ import torch
 from starpo.algorithms import filter_groups
 from starpo.config import TrainConfig, config_to_dict, save_config
 from starpo.diagnostics import (
+    Alert,
     AlertLog,
     CollapseDetector,
     DetectorConfig,
@@ -38,11 +39,12 @@ from starpo.trainer.models import (
     TrainModels,
     build_models,
     load_trainable_state,
-    trainable_parameters,
     trainable_state,
 )
+from starpo.trainer.optim import Optimizers, build_optimizers
+from starpo.trainer.precision import precision_for
 from starpo.trainer.sinks import RunLogger, format_step_line
-from starpo.trainer.update import Optimizers, ppo_update, prepare
+from starpo.trainer.update import SkipCounter, ppo_update, prepare
 from starpo.types import Trajectory
 
 
@@ -74,6 +76,21 @@ def group_rewards(trajectories: list[Trajectory]) -> list[list[float]]:
     return [groups[g] for g in sorted(groups)]
 
 
+def skipped_updates_alert(step: int, skipped: int, skips: SkipCounter) -> Alert:
+    """The alert of a step whose updates were skipped for NaN/Inf (see `ppo_update`)."""
+    return Alert(
+        step=step,
+        rule="non_finite_update",
+        severity="warning",
+        message=(
+            f"{skipped} update(s) skipped: non-finite loss or gradient norm; the run stops "
+            f"after {skips.limit} in a row (now {skips.consecutive})"
+        ),
+        value=float(skipped),
+        threshold=0.0,
+    )
+
+
 class Trainer:
     """Builds models, engines, optimizers and sinks from a config; `train()` runs the loop."""
 
@@ -90,6 +107,7 @@ class Trainer:
         """`model`/`tokenizer`: an already built policy to train instead of loading
         `cfg.model.name` (e.g. a model made in-process); both or neither."""
         from starpo.models import load_model
+        from starpo.models.loading import resolve_device, resolve_dtype
 
         self.cfg, self.run_dir, self.quiet = cfg, Path(run_dir), quiet
         make(cfg.env.id, **cfg.env.kwargs)  # bad env ids / kwargs fail before the model loads
@@ -97,13 +115,22 @@ class Trainer:
         if cfg.trainer.num_threads:
             torch.set_num_threads(cfg.trainer.num_threads)
         torch.manual_seed(cfg.trainer.seed)
+        device = resolve_device(cfg.model.device)
+        self.precision = precision_for(resolve_dtype(cfg.model.dtype, device), device)
         if model is None:
-            model, tokenizer = load_model(
-                cfg.model.name, device=cfg.model.device, dtype=cfg.model.dtype
-            )
-        self.models: TrainModels = build_models(cfg, model, tokenizer)
-        self.optimizers = self._optimizers()
-        self.backend = HFBackend(self.models.actor, pad_token_id=tokenizer.pad_token_id)
+            # Loaded in fp32: the master weights; build_models stores frozen ones in bf16.
+            model, tokenizer = load_model(cfg.model.name, device=cfg.model.device, dtype="fp32")
+        self.models: TrainModels = build_models(cfg, model, tokenizer, self.precision)
+        self.optimizers: Optimizers = build_optimizers(cfg, self.models.actor, self.models.critic)
+        self.skips = SkipCounter(cfg.optim.max_skipped_updates)
+        self.backend = HFBackend(
+            self.models.actor,
+            pad_token_id=tokenizer.pad_token_id,
+            compute_dtype=self.precision.compute_dtype,
+        )
+        recompute = cfg.algorithm.recompute_old_logprobs
+        # auto: the rollout's log-probs are exact only when it computes as the update does.
+        self.recompute_old_logprobs = self.precision.mixed if recompute is None else recompute
         base = cfg.rollout.settings_kwargs()
         self.train_engine = RolloutEngine(self.backend, tokenizer, RolloutSettings(**base))
         val = cfg.rollout.settings_kwargs(temperature=cfg.trainer.val_temperature)
@@ -114,6 +141,7 @@ class Trainer:
         self.memory = ResponseMemory()
         self.alerts = AlertLog(self.run_dir / "alerts.jsonl")
         self.rollbacks = 0
+        self.runtime_config: dict[str, dict[str, Any]] = {}  # config changed while running
         self._alerting: set[str] = set()
         if not resume:
             self.alerts.path.unlink(missing_ok=True)  # a new run starts a new alert log
@@ -134,24 +162,6 @@ class Trainer:
             self.logger.truncate_after(self.start_step)
 
     # ------------------------------------------------------------------------ setup
-    def _optimizers(self) -> Optimizers:
-        opt, lora = self.cfg.optim, self.cfg.model.lora
-        scale = lora.lr_multiplier if lora.enabled else 1.0
-
-        def adamw(module: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
-            return torch.optim.AdamW(
-                trainable_parameters(module),
-                lr=lr * scale,
-                betas=tuple(opt.betas),
-                weight_decay=opt.weight_decay,
-            )
-
-        critic = self.models.critic
-        return Optimizers(
-            adamw(self.models.actor, opt.actor_lr),
-            adamw(critic, opt.critic_lr) if critic is not None else None,
-        )
-
     def _step_generator(self, step: int, purpose: int) -> int:
         """A seed per (run seed, step, purpose): resumed runs sample exactly the same."""
         return (self.cfg.trainer.seed * 1_000_003 + step) * 10 + purpose
@@ -209,15 +219,17 @@ class Trainer:
             per_turn_rewards=cfg.algorithm.reward_placement == "per_turn",
         )
         batch = batch.to(next(self.models.actor.parameters()).device)
-        metrics.update(prepare(batch, self.models, cfg))
+        metrics.update(prepare(batch, self.models, cfg, self.recompute_old_logprobs))
         generator = torch.Generator().manual_seed(self._step_generator(step, 2))
-        metrics.update(ppo_update(batch, self.models, self.optimizers, cfg, generator))
+        metrics.update(ppo_update(batch, self.models, self.optimizers, cfg, generator, self.skips))
         timings["timing_s/update"] = time.perf_counter() - started
         tokens = int(batch.attention_mask.sum())
         metrics["perf/tokens_per_s"] = tokens / max(timings["timing_s/update"], 1e-9)
         metrics["response_length/mean"] = metrics[f"train/{cfg.env.id}/mean_response_tokens"]
         metrics["response_length/think_mean"] = metrics[f"train/{cfg.env.id}/mean_think_tokens"]
-        metrics["actor/lr"] = self.optimizers.actor.param_groups[0]["lr"]
+        metrics["actor/lr"] = self.optimizers.actor.param_groups[0]["lr"]  # for the next update
+        if self.optimizers.critic is not None:
+            metrics["critic/lr"] = self.optimizers.critic.param_groups[0]["lr"]
         self.logger.log_trajectories(step, trajectories, cfg.trainer.log_trajectories)
         return {**metrics, **timings}
 
@@ -274,6 +286,10 @@ class Trainer:
     def diagnose(self, step: int, metrics: dict[str, float]) -> DetectorVerdict:
         """Feed the collapse detector; log its state and alerts (metrics, alerts.jsonl, console)."""
         verdict = self.detector.update(step, metrics)
+        skipped = int(metrics.get("actor/skipped_steps", 0))
+        if skipped:
+            verdict.alerts.append(skipped_updates_alert(step, skipped, self.skips))
+            verdict.state = "collapse" if verdict.state == "collapse" else "warning"
         metrics.update(state_metrics(verdict))
         metrics["diagnostics/rollbacks"] = float(self.rollbacks)
         self.alerts.write(verdict)
@@ -315,12 +331,13 @@ class Trainer:
             )
             return False
         state = load_checkpoint(healthy)
-        self._load_weights(state)
-        for optimizer in (self.optimizers.actor, self.optimizers.critic):
-            for group in optimizer.param_groups if optimizer is not None else []:
-                group["lr"] *= 0.5
+        # Weights and optimizer moments go back; the schedule keeps its place, at half rate.
+        self._load_weights(state, schedules=False)
+        self.optimizers.scale_lr(0.5)
         if not self.cfg.filter.enabled:
             self.cfg.filter.enabled, self.cfg.filter.ratio = True, 0.5
+        # config.yaml keeps what the user asked for; checkpoints carry this live change.
+        self.runtime_config = {"filter": {"enabled": True, "ratio": self.cfg.filter.ratio}}
         self.detector = CollapseDetector(DetectorConfig())  # judge the new course afresh
         self.rollbacks += 1
         print(
@@ -340,8 +357,7 @@ class Trainer:
             "step": step,
             "actor": trainable_state(models.actor),
             "critic": trainable_state(models.critic) if models.critic is not None else None,
-            "actor_optim": optimizers.actor.state_dict(),
-            "critic_optim": optimizers.critic.state_dict() if optimizers.critic else None,
+            **optimizers.state_dict(),  # optimizers and learning-rate schedules
             "rng": capture_rng_state(),
             "config": config_to_dict(self.cfg),
             "diagnostics": {
@@ -349,22 +365,33 @@ class Trainer:
                 "memory": self.memory.state_dict(),
                 "rollbacks": self.rollbacks,
             },
+            "trainer_state": {
+                "runtime_config": self.runtime_config,  # changed by a rollback
+                "consecutive_skips": self.skips.consecutive,
+            },
         }
         if healthy and self.cfg.trainer.on_collapse == "rollback":
             save_checkpoint(self.run_dir / "healthy", step, state, keep=1)
         return save_checkpoint(self.run_dir, step, state, keep=self.cfg.trainer.keep_checkpoints)
 
-    def _load_weights(self, state: dict[str, Any]) -> None:
+    def _load_weights(self, state: dict[str, Any], schedules: bool = True) -> None:
         load_trainable_state(self.models.actor, state["actor"])
-        self.optimizers.actor.load_state_dict(state["actor_optim"])
         if self.models.critic is not None:
             load_trainable_state(self.models.critic, state["critic"])
-            self.optimizers.critic.load_state_dict(state["critic_optim"])
+        self.optimizers.load_state_dict(state, schedules=schedules)
 
     def _resume(self) -> None:
         state = load_checkpoint(find_resume_point(self.run_dir))
         self._load_weights(state)
         restore_rng_state(state["rng"])
+        trainer_state = state.get("trainer_state") or {}
+        self.skips.consecutive = int(trainer_state.get("consecutive_skips", 0))
+        self.runtime_config = trainer_state.get("runtime_config") or {}
+        for section, values in self.runtime_config.items():
+            for key, value in values.items():
+                setattr(getattr(self.cfg, section), key, value)
+            if not self.quiet:
+                print(f"resumed with {section} {values} (set by a rollback)", file=sys.stderr)
         diagnostics = state.get("diagnostics")
         if diagnostics:
             self.detector.load_state_dict(diagnostics["detector"])

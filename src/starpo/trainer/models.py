@@ -4,7 +4,7 @@ head), and a frozen reference policy when a KL term is on; optional LoRA for bot
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -12,6 +12,8 @@ from torch import nn
 
 from starpo.config import TrainConfig
 from starpo.errors import UserError
+from starpo.trainer.checkpointing import enable_gradient_checkpointing
+from starpo.trainer.precision import Precision, apply_master_weights
 
 
 class ValueModel(nn.Module):
@@ -27,8 +29,12 @@ class ValueModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Values (B, T): entry t is the value of the state before token t is generated."""
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask)[0]  # (B,T,H)
-        values = self.value_head(hidden.float()).squeeze(-1)  # (B, T)
+        # No KV cache: nothing reads it, and it would only hold memory until backward.
+        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        hidden = out[0]  # (B, T, H)
+        # The head runs in fp32 even under autocast: values are regression targets' scale.
+        with torch.autocast(hidden.device.type, enabled=False):
+            values = self.value_head(hidden.float()).squeeze(-1)  # (B, T)
         # Shift right: the state in which token t is chosen is the prefix ending at t - 1.
         return torch.cat([values[:, :1] * 0, values[:, :-1]], dim=1)
 
@@ -40,6 +46,7 @@ class TrainModels:
     critic: ValueModel | None
     reference: nn.Module | None  # None with LoRA: the actor with adapters off is the reference
     uses_lora: bool
+    precision: Precision = field(default_factory=Precision)  # how every forward computes
 
 
 def apply_lora(module: nn.Module, cfg: TrainConfig, task_type: str | None) -> nn.Module:
@@ -59,8 +66,15 @@ def apply_lora(module: nn.Module, cfg: TrainConfig, task_type: str | None) -> nn
     return get_peft_model(module, config)
 
 
-def build_models(cfg: TrainConfig, actor: nn.Module, tokenizer: Any) -> TrainModels:
-    """Critic and reference from the freshly loaded actor (same pretrained weights)."""
+def build_models(
+    cfg: TrainConfig, actor: nn.Module, tokenizer: Any, precision: Precision | None = None
+) -> TrainModels:
+    """Critic and reference from the freshly loaded actor (same pretrained weights).
+
+    `precision` (default fp32): trainable weights end up fp32, frozen ones (the reference,
+    a LoRA base) in its compute dtype; see `starpo.trainer.precision`.
+    """
+    precision = precision or Precision()
     if cfg.model.critic_name not in (None, cfg.model.name):
         raise UserError(
             "model.critic_name: a critic from another model is not supported yet; "
@@ -74,19 +88,24 @@ def build_models(cfg: TrainConfig, actor: nn.Module, tokenizer: Any) -> TrainMod
     lora = cfg.model.lora.enabled
     if cfg.algorithm.uses_reference and not lora:
         reference = copy.deepcopy(actor).eval().requires_grad_(False)
+        reference.to(precision.compute_dtype)  # frozen: bf16 storage is enough
     if lora:
         actor = apply_lora(actor, cfg, "CAUSAL_LM")
         if critic is not None:
             critic.backbone = apply_lora(critic.backbone, cfg, None)
     if cfg.model.gradient_checkpointing:
-        actor.gradient_checkpointing_enable()
-        if critic is not None and hasattr(critic.backbone, "gradient_checkpointing_enable"):
-            critic.backbone.gradient_checkpointing_enable()
+        # Our own checkpointing, not transformers': that one works only in training mode.
+        enable_gradient_checkpointing(actor)
+        if critic is not None:
+            enable_gradient_checkpointing(critic)
     # Eval mode throughout: no dropout, so training forwards match the rollout's log-probs.
     actor.eval()
     if critic is not None:
         critic.eval()
-    return TrainModels(actor, tokenizer, critic, reference, lora)
+    apply_master_weights(actor, precision)
+    if critic is not None:
+        apply_master_weights(critic, precision)
+    return TrainModels(actor, tokenizer, critic, reference, lora, precision)
 
 
 def trainable_parameters(module: nn.Module) -> list[nn.Parameter]:

@@ -1,60 +1,131 @@
 """The update stage: advantages, then PPO epochs over mini-batches of trajectories, with
-micro-batches accumulating gradients (memory) and one optimizer step per mini-batch."""
+micro-batches accumulating gradients (memory only: the result does not depend on their
+size) and one optimizer update per mini-batch, skipped when anything is non-finite."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from starpo.algorithms import (
     AdvantageInputs,
     aggregate,
+    aggregation_count,
     compute_advantages,
     explained_variance,
     kl_penalty,
     masked_mean,
     ppo_policy_loss,
+    truncated_is_weights,
+    turn_sums,
     value_loss,
 )
 from starpo.config import TrainConfig
+from starpo.errors import UserError
 from starpo.trainer.batch import TrainBatch
 from starpo.trainer.forward import policy_logprobs, reference_logprobs
 from starpo.trainer.models import TrainModels
+from starpo.trainer.optim import Optimizers
+
+
+class NonFiniteUpdates(UserError):
+    """Too many consecutive updates had a NaN/Inf loss or gradient: the run stops."""
 
 
 @dataclass
-class Optimizers:
-    actor: torch.optim.Optimizer
-    critic: torch.optim.Optimizer | None
+class SkipCounter:
+    """Consecutive updates skipped for non-finite values, across steps (checkpointed)."""
+
+    limit: int
+    consecutive: int = 0
+
+    def record(self, skipped: bool) -> None:
+        self.consecutive = self.consecutive + 1 if skipped else 0
+        if self.consecutive >= self.limit:
+            raise NonFiniteUpdates(
+                f"training stopped: {self.consecutive} consecutive updates had a non-finite "
+                "(NaN/Inf) loss or gradient norm and were skipped; resume from the last "
+                "checkpoint with a lower optim.actor_lr (or model.dtype=fp32), or raise "
+                "optim.max_skipped_updates"
+            )
 
 
-def prepare(batch: TrainBatch, models: TrainModels, cfg: TrainConfig) -> dict[str, float]:
-    """Fill in reference log-probs, old values, advantages and returns (no gradients)."""
+# ----------------------------------------------------------------------- prepare
+
+
+def map_rows(
+    batch: TrainBatch, chunk: int, fn: Callable[[TrainBatch], torch.Tensor]
+) -> torch.Tensor:
+    """`fn` over consecutive chunks of `chunk` rows (memory), stitched back to (B, T).
+    Rows come in group order, so each chunk still shares its group's prompt prefix."""
+    out = torch.zeros_like(batch.loss_mask)
+    for first in range(0, len(batch), chunk):
+        rows = torch.arange(first, min(first + chunk, len(batch)))
+        part = fn(batch.select(rows))  # (b, t <= T): select trims trailing padding
+        out[rows, : part.shape[1]] = part.to(out.dtype)
+    return out
+
+
+def logprob_mismatch(train: torch.Tensor, rollout: torch.Tensor, mask: torch.Tensor) -> dict:
+    """|training log-prob - rollout log-prob| over agent tokens: mean and max."""
+    diff = (train - rollout).abs()
+    has = bool(mask.bool().any())
+    return {
+        "rollout/logprob_diff_mean": float(masked_mean(diff, mask)),
+        "rollout/logprob_diff_max": float(diff[mask.bool()].max()) if has else 0.0,
+    }
+
+
+@torch.no_grad()
+def prepare(
+    batch: TrainBatch, models: TrainModels, cfg: TrainConfig, recompute_old_logprobs: bool
+) -> dict[str, float]:
+    """Fill in old log-probs (recomputed or the rollout's), reference log-probs, old values,
+    advantages and returns; no gradients."""
     algo, metrics = cfg.algorithm, {}
-    temperature = cfg.rollout.temperature
-    scores = batch.scores
+    temperature, chunk = cfg.rollout.temperature, cfg.optim.micro_batch_size
+    autocast = models.precision.autocast
+    if recompute_old_logprobs:
+        batch.rollout_logprobs = batch.old_logprobs
+        with autocast():
+            batch.old_logprobs = map_rows(
+                batch, chunk, lambda b: policy_logprobs(models.actor, b, temperature, False)[0]
+            )
+        metrics.update(
+            logprob_mismatch(batch.old_logprobs, batch.rollout_logprobs, batch.loss_mask)
+        )
+    scores, turn_rewards = batch.scores, batch.turn_rewards
     if algo.uses_reference:
-        batch.ref_logprobs = reference_logprobs(models.actor, models.reference, batch, temperature)
+        with autocast():
+            batch.ref_logprobs = map_rows(
+                batch,
+                chunk,
+                lambda b: reference_logprobs(models.actor, models.reference, b, temperature),
+            )
         if algo.kl_in_reward:
-            kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, algo.kl_estimator)
-            kl = kl * batch.loss_mask
+            kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, algo.kl_loss_estimator)
+            kl = kl * batch.loss_mask  # (B, T)
+            # Every estimator sees the penalty: gae per token, grpo in the score, bi-level
+            # GAE in each turn's reward (the sum of its tokens' KL).
             batch.token_rewards = batch.token_rewards - algo.kl_coef * kl
             scores = scores - algo.kl_coef * kl.sum(dim=1)
+            turn_rewards = turn_rewards - algo.kl_coef * turn_sums(kl, batch.turn_ends)
             metrics["actor/reward_kl"] = float(masked_mean(kl, batch.loss_mask))
     if models.critic is not None:
-        with torch.no_grad():
-            batch.old_values = models.critic(batch.input_ids, batch.attention_mask)
-            batch.old_values = batch.old_values * batch.loss_mask
+        with autocast():
+            values = map_rows(batch, chunk, lambda b: models.critic(b.input_ids, b.attention_mask))
+        batch.old_values = values * batch.loss_mask
     inputs = AdvantageInputs(
         mask=batch.loss_mask,
         token_rewards=batch.token_rewards,
         values=batch.old_values,
         scores=scores,
         group_ids=batch.group_ids,
-        turn_rewards=batch.turn_rewards,
+        turn_rewards=turn_rewards,
         turn_ends=batch.turn_ends,
     )
     batch.advantages, batch.returns = compute_advantages(
@@ -79,12 +150,20 @@ def prepare(batch: TrainBatch, models: TrainModels, cfg: TrainConfig) -> dict[st
     return metrics
 
 
+# ------------------------------------------------------------------------ losses
+
+
 def actor_loss(
-    models: TrainModels, micro: TrainBatch, cfg: TrainConfig
+    models: TrainModels, micro: TrainBatch, cfg: TrainConfig, count: float | None = None
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO surrogate - entropy bonus (+ KL loss): one micro-batch."""
+    """PPO surrogate - entropy bonus (+ KL loss) of one micro-batch. `count`: the
+    mini-batch's aggregation count, so micro-batch losses add up to the mini-batch loss."""
     algo = cfg.algorithm
-    logprobs, entropy = policy_logprobs(models.actor, micro, cfg.rollout.temperature)
+    with models.precision.autocast():
+        logprobs, entropy = policy_logprobs(models.actor, micro, cfg.rollout.temperature)
+    is_weights = None
+    if algo.tis_cap is not None and micro.rollout_logprobs is not None:
+        is_weights = truncated_is_weights(micro.old_logprobs, micro.rollout_logprobs, algo.tis_cap)
     loss, metrics = ppo_policy_loss(
         logprobs,
         micro.old_logprobs,
@@ -94,26 +173,29 @@ def actor_loss(
         clip_high=algo.clip_high,
         dual_clip=algo.dual_clip,
         agg=algo.loss_agg,
+        count=count,
+        is_weights=is_weights,
     )
-    entropy_mean = aggregate(entropy, micro.loss_mask, algo.loss_agg)
-    loss = loss - algo.entropy_coef * entropy_mean
+    entropy_term = aggregate(entropy, micro.loss_mask, algo.loss_agg, count)
+    loss = loss - algo.entropy_coef * entropy_term
     metrics = {f"actor/{k}": v for k, v in metrics.items()}
-    metrics["actor/entropy"] = float(entropy_mean.detach())
+    metrics["actor/entropy"] = float(masked_mean(entropy.detach(), micro.loss_mask))
+    with torch.no_grad():
+        metrics.update(logprob_mismatch(logprobs, micro.old_logprobs, micro.loss_mask))
+    if is_weights is not None:
+        metrics["actor/tis_weight_mean"] = float(masked_mean(is_weights, micro.loss_mask))
     if algo.uses_reference and not algo.kl_in_reward:
-        kl = aggregate(
-            kl_penalty(logprobs, micro.ref_logprobs, algo.kl_estimator),
-            micro.loss_mask,
-            algo.loss_agg,
-        )
-        loss = loss + algo.kl_coef * kl
-        metrics["actor/kl_loss"] = float(kl.detach())
+        kl_mat = kl_penalty(logprobs, micro.ref_logprobs, algo.kl_loss_estimator)
+        loss = loss + algo.kl_coef * aggregate(kl_mat, micro.loss_mask, algo.loss_agg, count)
+        metrics["actor/kl_loss"] = float(aggregate(kl_mat.detach(), micro.loss_mask, algo.loss_agg))
     return loss, metrics
 
 
 def critic_loss(
-    models: TrainModels, micro: TrainBatch, cfg: TrainConfig
+    models: TrainModels, micro: TrainBatch, cfg: TrainConfig, count: float | None = None
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    values = models.critic(micro.input_ids, micro.attention_mask)
+    with models.precision.autocast():
+        values = models.critic(micro.input_ids, micro.attention_mask)
     loss, metrics = value_loss(
         values,
         micro.old_values,
@@ -121,15 +203,56 @@ def critic_loss(
         micro.loss_mask,
         clip=cfg.algorithm.value_clip,
         agg=cfg.algorithm.loss_agg,
+        count=count,
     )
     return cfg.algorithm.vf_coef * loss, {f"critic/{k}": v for k, v in metrics.items()}
 
 
-def _step(params: list[nn.Parameter], optimizer: torch.optim.Optimizer, clip: float) -> float:
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return float(grad_norm)
+# ------------------------------------------------------------------------ update
+
+
+def _merge(parts: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
+    """Micro-batch metrics -> one mini-batch value each: `*_max` keys take the max, the
+    rest a mean weighted by each micro-batch's agent tokens (exact for token means)."""
+    total = sum(w for w, _ in parts) or 1.0
+    merged: dict[str, float] = {}
+    for weight, metrics in parts:
+        for key, value in metrics.items():
+            if key.endswith("_max"):
+                merged[key] = max(merged.get(key, -math.inf), value)
+            else:
+                merged[key] = merged.get(key, 0.0) + value * weight / total
+    return merged
+
+
+def accumulate_gradients(
+    mini: TrainBatch, models: TrainModels, cfg: TrainConfig
+) -> tuple[dict[str, float], bool]:
+    """Backward the mini-batch's losses micro-batch by micro-batch (gradients add up to
+    those of one pass over the whole mini-batch); return (metrics, every loss finite)."""
+    agg, size = cfg.algorithm.loss_agg, cfg.optim.micro_batch_size
+    count = aggregation_count(mini.loss_mask, agg)  # the mini-batch's, for every micro
+    parts, finite = [], True
+    for first in range(0, len(mini), size):
+        micro = mini.select(torch.arange(first, min(first + size, len(mini))))
+        loss, metrics = actor_loss(models, micro, cfg, count)
+        if models.critic is not None:
+            closs, cmetrics = critic_loss(models, micro, cfg, count)
+            loss = loss + closs
+            metrics.update(cmetrics)
+        finite = finite and bool(torch.isfinite(loss))
+        loss.backward()
+        parts.append((float(micro.loss_mask.sum()), metrics))
+    return _merge(parts), finite
+
+
+def _grad_norm(models: TrainModels, clip: float) -> dict[str, float]:
+    norms = {}
+    for name, module in (("actor", models.actor), ("critic", models.critic)):
+        if module is not None:
+            params = [p for p in module.parameters() if p.requires_grad]
+            norms[f"{name}/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, clip))
+    return norms
 
 
 def ppo_update(
@@ -138,38 +261,42 @@ def ppo_update(
     optimizers: Optimizers,
     cfg: TrainConfig,
     generator: torch.Generator,
+    skips: SkipCounter | None = None,
 ) -> dict[str, float]:
-    """`ppo_epochs` passes over the batch in shuffled mini-batches; returns mean metrics."""
+    """`ppo_epochs` passes over the batch in shuffled mini-batches; returns mean metrics of
+    the applied updates. An update whose loss or gradient norm is NaN/Inf is skipped
+    (weights, optimizer state and schedule untouched), counted in `actor/skipped_steps`,
+    and `skips` stops the run after too many in a row.
+
+    `rollout/logprob_diff_*` (rollout vs training log-probs) is measured on the first
+    mini-batch, before any update, when old log-probs are the rollout's.
+    """
     opt = cfg.optim
+    skips = skips or SkipCounter(opt.max_skipped_updates)
     sums: dict[str, list[float]] = defaultdict(list)
-    actor_params = [p for p in models.actor.parameters() if p.requires_grad]
-    critic_params = (
-        [p for p in models.critic.parameters() if p.requires_grad]
-        if models.critic is not None
-        else []
-    )
-    for _ in range(opt.ppo_epochs):
+    skipped = 0
+    for epoch in range(opt.ppo_epochs):
         order = torch.randperm(len(batch), generator=generator)
         for start in range(0, len(batch), opt.mini_batch_size):
-            mini = order[start : start + opt.mini_batch_size]
+            rows = order[start : start + opt.mini_batch_size]
             # Group members share their prompt: keeping them in the same micro-batches lets
             # the forward pass encode it once (the mini-batch gradient is the same sum).
-            mini = mini[torch.argsort(batch.group_ids[mini], stable=True)]
-            for first in range(0, len(mini), opt.micro_batch_size):
-                rows = mini[first : first + opt.micro_batch_size]
-                micro = batch.select(rows)
-                weight = len(rows) / len(mini)  # micro-batches add up to the mini-batch mean
-                loss, metrics = actor_loss(models, micro, cfg)
-                (loss * weight).backward()
-                if models.critic is not None:
-                    closs, cmetrics = critic_loss(models, micro, cfg)
-                    (closs * weight).backward()
-                    metrics.update(cmetrics)
-                for key, value in metrics.items():
-                    sums[key].append(value)
-            sums["actor/grad_norm"].append(_step(actor_params, optimizers.actor, opt.grad_clip))
-            if optimizers.critic is not None:
-                sums["critic/grad_norm"].append(
-                    _step(critic_params, optimizers.critic, opt.grad_clip)
-                )
-    return {key: sum(values) / len(values) for key, values in sums.items()}
+            rows = rows[torch.argsort(batch.group_ids[rows], stable=True)]
+            metrics, finite = accumulate_gradients(batch.select(rows), models, cfg)
+            metrics.update(_grad_norm(models, opt.grad_clip))
+            mismatch = {k: metrics.pop(k) for k in list(metrics) if k.startswith("rollout/")}
+            if not (finite and all(math.isfinite(v) for v in metrics.values())):
+                optimizers.zero_grad()  # nothing of this mini-batch reaches the weights
+                skipped += 1
+                skips.record(True)
+                continue
+            optimizers.step()
+            optimizers.zero_grad()
+            skips.record(False)
+            if epoch == 0 and start == 0 and batch.rollout_logprobs is None:
+                metrics.update(mismatch)  # old log-probs are the rollout's: a true mismatch
+            for key, value in metrics.items():
+                sums[key].append(value)
+    out = {key: sum(values) / len(values) for key, values in sums.items()}
+    out["actor/skipped_steps"] = float(skipped)
+    return out

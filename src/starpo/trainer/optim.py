@@ -1,0 +1,133 @@
+"""Optimizers and learning-rate schedules of a run: AdamW for the actor (and the critic),
+each with a warm-up + constant / cosine schedule stepped once per optimizer update."""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.optim.lr_scheduler import LambdaLR
+
+from starpo.config import TrainConfig
+
+SCHEDULES = ("constant", "cosine")
+
+
+def lr_multiplier(
+    update: int, *, warmup: int, total: int, schedule: str = "constant", min_ratio: float = 0.0
+) -> float:
+    """Factor on the base learning rate for optimizer update `update` (0-based).
+
+        warm-up (update < W):  (update + 1) / W          (linear; the first update is not 0)
+        constant:              1
+        cosine:                m + (1 - m) * (1 + cos(pi * p)) / 2,  p = (update - W) / (N - W)
+    with W = `warmup`, N = `total` updates in the run, m = `min_ratio`; p is capped at 1.
+    """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown lr schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
+    if update < warmup:
+        return (update + 1) / warmup
+    if schedule == "constant":
+        return 1.0
+    progress = min(1.0, (update - warmup) / max(1, total - warmup))
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def updates_per_run(cfg: TrainConfig) -> int:
+    """Optimizer updates in the whole run: steps x epochs x mini-batches per step."""
+    minis = math.ceil(cfg.trajectories_per_step / cfg.optim.mini_batch_size)
+    return cfg.trainer.total_steps * cfg.optim.ppo_epochs * minis
+
+
+def _sync_lr(optimizer: torch.optim.Optimizer, schedule: LambdaLR) -> None:
+    """Set the rates in effect from the schedule's base rates and place (a loaded optimizer
+    state may carry the rates of another point of the run)."""
+    for group, base, fn in zip(
+        optimizer.param_groups, schedule.base_lrs, schedule.lr_lambdas, strict=True
+    ):
+        group["initial_lr"], group["lr"] = base, base * fn(schedule.last_epoch)
+
+
+@dataclass
+class Optimizers:
+    """The actor's (and the critic's) optimizer with its schedule."""
+
+    actor: torch.optim.Optimizer
+    critic: torch.optim.Optimizer | None
+    actor_schedule: LambdaLR
+    critic_schedule: LambdaLR | None
+
+    def pairs(self) -> list[tuple[torch.optim.Optimizer, LambdaLR]]:
+        pairs = [(self.actor, self.actor_schedule)]
+        if self.critic is not None and self.critic_schedule is not None:
+            pairs.append((self.critic, self.critic_schedule))
+        return pairs
+
+    def step(self) -> None:
+        """One update: every optimizer steps, then its schedule advances."""
+        for optimizer, schedule in self.pairs():
+            optimizer.step()
+            schedule.step()
+
+    def zero_grad(self) -> None:
+        for optimizer, _ in self.pairs():
+            optimizer.zero_grad(set_to_none=True)
+
+    def scale_lr(self, factor: float) -> None:
+        """Multiply every base learning rate by `factor` from now on (the current point of
+        the schedule is kept; the learning rates in effect are recomputed from it)."""
+        for optimizer, schedule in self.pairs():
+            schedule.base_lrs = [lr * factor for lr in schedule.base_lrs]
+            _sync_lr(optimizer, schedule)
+
+    def state_dict(self) -> dict[str, Any]:
+        critic = self.critic is not None and self.critic_schedule is not None
+        return {
+            "actor_optim": self.actor.state_dict(),
+            "critic_optim": self.critic.state_dict() if critic else None,
+            "actor_schedule": self.actor_schedule.state_dict(),
+            "critic_schedule": self.critic_schedule.state_dict() if critic else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any], schedules: bool = True) -> None:
+        """Restore the optimizers from `state_dict()`, and with `schedules` their learning-
+        rate schedules too; without, the schedules keep their place and set the rates."""
+        names = [("actor", self.actor, self.actor_schedule)]
+        if self.critic is not None and self.critic_schedule is not None:
+            names.append(("critic", self.critic, self.critic_schedule))
+        for name, optimizer, schedule in names:
+            optimizer.load_state_dict(state[f"{name}_optim"])
+            if schedules and state.get(f"{name}_schedule") is not None:
+                schedule.load_state_dict(state[f"{name}_schedule"])
+            _sync_lr(optimizer, schedule)
+
+
+def build_optimizers(
+    cfg: TrainConfig, actor: torch.nn.Module, critic: torch.nn.Module | None
+) -> Optimizers:
+    """AdamW over the trainable parameters; LoRA multiplies both learning rates."""
+    opt, lora = cfg.optim, cfg.model.lora
+    scale = lora.lr_multiplier if lora.enabled else 1.0
+    multiplier = functools.partial(
+        lr_multiplier,
+        warmup=opt.lr_warmup_steps,
+        total=updates_per_run(cfg),
+        schedule=opt.lr_schedule,
+        min_ratio=opt.min_lr_ratio,
+    )
+
+    def adamw(module: torch.nn.Module, lr: float) -> tuple[torch.optim.Optimizer, LambdaLR]:
+        params = [p for p in module.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(
+            params, lr=lr * scale, betas=tuple(opt.betas), weight_decay=opt.weight_decay
+        )
+        return optimizer, LambdaLR(optimizer, multiplier)
+
+    actor_opt, actor_schedule = adamw(actor, opt.actor_lr)
+    critic_opt = critic_schedule = None
+    if critic is not None:
+        critic_opt, critic_schedule = adamw(critic, opt.critic_lr)
+    return Optimizers(actor_opt, critic_opt, actor_schedule, critic_schedule)
