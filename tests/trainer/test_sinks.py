@@ -9,7 +9,15 @@ import sys
 import pytest
 
 from starpo.errors import UserError
-from starpo.trainer.sinks import RunLogger, format_step_line, read_metrics
+from starpo.trainer.sinks import (
+    JsonlSink,
+    RunLogger,
+    Sink,
+    TensorBoardSink,
+    WandbSink,
+    format_step_line,
+    read_metrics,
+)
 from starpo.types import Trajectory
 
 
@@ -74,6 +82,54 @@ def test_read_metrics_rejects_a_broken_middle_line(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{oops\n{"step": 3}\n')
     with pytest.raises(UserError, match="metrics.jsonl:2"):
         read_metrics(tmp_path)
+
+
+def test_resume_reports_the_half_written_line_it_drops(tmp_path, capsys):
+    with RunLogger(tmp_path) as logger:
+        logger.log(1, {"x": 1.0})
+    with open(tmp_path / "metrics.jsonl", "a") as file:
+        file.write('{"step": 2, "x"')
+    assert read_metrics(tmp_path) == [{"step": 1, "x": 1.0}]  # skipped by readers too
+    with RunLogger(tmp_path, resume=True) as logger:
+        logger.truncate_after(1)
+    assert _lines(tmp_path / "metrics.jsonl") == ['{"step": 1, "x": 1.0}']
+    err = capsys.readouterr().err
+    assert "warning:" in err and "metrics.jsonl" in err and "half-written" in err
+
+
+class _RecordingSink:
+    """A sink that remembers its calls: what a new destination has to implement."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def log(self, step, metrics):
+        self.calls.append(("log", step, dict(metrics)))
+
+    def truncate_after(self, step):
+        self.calls.append(("truncate_after", step))
+
+    def close(self):
+        self.calls.append(("close",))
+
+
+def test_every_sink_in_the_list_gets_each_step(tmp_path):
+    members = [m for m in vars(Sink) if not m.startswith("_")]
+    assert sorted(members) == ["close", "log", "truncate_after"]
+    for cls in (JsonlSink, TensorBoardSink, WandbSink, _RecordingSink):
+        assert all(callable(getattr(cls, m)) for m in members), cls
+    sink = _RecordingSink()
+    with RunLogger(tmp_path) as logger:
+        assert [type(s).__name__ for s in logger.sinks] == ["JsonlSink"]
+        logger.sinks.append(sink)
+        logger.log(3, {"a": math.nan, "b": 2})
+        logger.truncate_after(2)
+    assert sink.calls == [
+        ("log", 3, {"a": None, "b": 2}),  # the same JSON-safe values metrics.jsonl gets
+        ("truncate_after", 2),
+        ("close",),
+    ]
+    assert read_metrics(tmp_path) == []
 
 
 def test_tensorboard_scalars_and_resume_purge(tmp_path):

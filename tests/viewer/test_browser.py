@@ -17,6 +17,8 @@ pytest.importorskip("selenium", reason="needs selenium (pip install selenium)")
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
+pytestmark = pytest.mark.slow  # drives a headless browser
+
 TIMEOUT = 15
 
 
@@ -165,3 +167,16 @@ def test_serve_on_localhost(browser, run_dir, tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_skipped_lines_are_shown_on_the_page(browser, run_dir):
+    open_page(browser, build_viewer(run_dir).as_uri())
+    assert not browser.find_element(By.ID, "warnings").is_displayed()
+    with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"step": 21, "actor/ent')  # a run killed mid-write
+    open_page(browser, build_viewer(run_dir).as_uri())
+    banner = browser.find_element(By.ID, "warnings")
+    assert banner.is_displayed() and "half-written last line" in banner.text
+    assert "metrics.jsonl" in banner.text
+    severe = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert severe == []

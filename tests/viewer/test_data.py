@@ -191,3 +191,57 @@ def test_view_main_serves_until_ctrl_c(run_dir):
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def _crash(run_dir):
+    """Cut the last line of metrics.jsonl, alerts.jsonl and one step file in half."""
+    with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"step": 21, "train/bandit/succ')
+    with open(run_dir / "alerts.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"step": 21, "state": "warn')
+    with open(run_dir / "trajectories" / "step_000020.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"env_id": "bandit", "turns": [')
+
+
+def test_half_written_last_lines_render_and_are_reported(run_dir, capsys):
+    _crash(run_dir)
+    model = load_run(run_dir)
+    assert len(model["metrics"]["train/bandit/success"]) == 21  # steps 0..20, not 21
+    assert [a["step"] for a in model["alerts"]] == [12]
+    step20 = next(s for s in model["sources"] if s["label"] == "train step 20")
+    assert step20["total"] == 2 and len(step20["episodes"]) == 2
+    warnings = model["warnings"]
+    assert len(warnings) == 3 and all("half-written last line" in w for w in warnings)
+    assert any("metrics.jsonl" in w for w in warnings)
+    page = build_viewer(run_dir).read_text(encoding="utf-8")
+    assert 'id="warnings"' in page and "half-written" in page
+    err = capsys.readouterr().err
+    assert err.count("warning: ") == 3 and "metrics.jsonl" in err and "Traceback" not in err
+
+
+def test_clean_folder_has_no_warnings(run_dir, capsys):
+    assert load_run(run_dir)["warnings"] == []
+    build_viewer(run_dir)
+    assert capsys.readouterr().err == ""
+
+
+def test_broken_inner_metrics_line_is_a_user_error_not_a_traceback(run_dir):
+    with open(run_dir / "metrics.jsonl", "ab") as f:
+        f.write(b'{"step": 21, "x": "\xff"}\n{"step": 22}\n')
+    with pytest.raises(UserError, match=r"metrics.jsonl:22 is not valid UTF-8"):
+        load_run(run_dir)
+
+
+def test_page_assets_are_package_files_hashed_in_the_csp():
+    from importlib.resources import files
+
+    from starpo.viewer.assets import CSS, JS
+    from starpo.viewer.html import _sha256, content_security_policy
+
+    static = files("starpo.viewer") / "static"
+    assert JS == (static / "viewer.js").read_text(encoding="utf-8") and "use strict" in JS
+    assert CSS == (static / "viewer.css").read_text(encoding="utf-8") and ".chart" in CSS
+    csp = content_security_policy()
+    assert _sha256(JS) in csp and _sha256(CSS) in csp
+    page = render_page({"run": "r", "cap": 1, "sources": [], "metrics": {}, "alerts": []})
+    assert f"<script>{JS}</script>" in page and f"<style>{CSS}</style>" in page

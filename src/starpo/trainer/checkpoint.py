@@ -1,6 +1,7 @@
 """Atomic checkpoints and the RNG state that makes a resumed run repeat an unbroken one.
 
-Layout: `run_dir/checkpoints/step_000010/{state.pt, meta.json}`. A checkpoint is written
+Layout: `run_dir/checkpoints/step_000010/{state.pt, meta.json}` (folder names from
+`starpo.runs`). A checkpoint is written
 into a hidden temp folder and renamed into place only once complete, and `meta.json`
 (written last) records each file's size and SHA-256, so a crash mid-save, a truncated
 copy or a flipped byte never makes a checkpoint that gets loaded.
@@ -14,19 +15,19 @@ import os
 import random
 import re
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from starpo import runs
 from starpo.errors import UserError
+from starpo.logs import warn
 
 FORMAT = 1
 STATE_FILE = "state.pt"
 META_FILE = "meta.json"
-_STEP_DIR = re.compile(r"step_(\d+)")
 _TEMP_DIR = re.compile(r"\.(?:tmp|old)-step_\d+-(\d+)")
 _warned_corrupt: set[Path] = set()
 
@@ -138,14 +139,7 @@ def _remove_stale_temps(checkpoints: Path) -> None:
 
 def _step_dirs(checkpoints: Path) -> list[tuple[int, Path]]:
     """(step, folder) of every `step_N` folder, newest first; temp folders are skipped."""
-    if not checkpoints.is_dir():
-        return []
-    found = []
-    for path in checkpoints.iterdir():
-        match = _STEP_DIR.fullmatch(path.name)
-        if match and path.is_dir():
-            found.append((int(match.group(1)), path))
-    return sorted(found, reverse=True)
+    return runs.step_dirs(checkpoints)[::-1]
 
 
 def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], keep: int) -> Path:
@@ -157,10 +151,10 @@ def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], keep: int) 
     """
     if keep < 1:
         raise ValueError(f"keep must be at least 1, got {keep}")
-    checkpoints = Path(run_dir) / "checkpoints"
+    checkpoints = runs.RunFolder(run_dir).checkpoints
     checkpoints.mkdir(parents=True, exist_ok=True)
     _remove_stale_temps(checkpoints)
-    name = f"step_{step:06d}"
+    name = runs.step_name(step)
     target = checkpoints / name
     tmp = checkpoints / f".tmp-{name}-{os.getpid()}"
     try:
@@ -224,13 +218,13 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     checkpoint's content hash is only checked by `load_checkpoint` (reading 0.5 GB of
     weights just to list checkpoints would be slow).
     """
-    for step, folder in _step_dirs(Path(run_dir) / "checkpoints"):
+    for step, folder in _step_dirs(runs.RunFolder(run_dir).checkpoints):
         problem = _problem(folder, step)
         if problem is None:
             return folder
         if folder not in _warned_corrupt:
             _warned_corrupt.add(folder)
-            print(f"warning: skipping corrupt checkpoint {folder}: {problem}", file=sys.stderr)
+            warn(f"skipping corrupt checkpoint {folder}: {problem}", "starpo.checkpoint")
     return None
 
 
@@ -239,7 +233,7 @@ def find_resume_point(run_dir: Path) -> Path:
     folder = latest_checkpoint(run_dir)
     if folder is None:
         raise UserError(
-            f"no checkpoint in {Path(run_dir) / 'checkpoints'} to resume from; "
+            f"no checkpoint in {runs.RunFolder(run_dir).checkpoints} to resume from; "
             "start without --resume"
         )
     return folder

@@ -1,32 +1,59 @@
 """Where training metrics and sampled rollouts go: JSONL, TensorBoard, W&B.
 
 `run_dir/metrics.jsonl` is the source of truth (one `{"step": ..., **metrics}` object a
-line); TensorBoard and W&B are optional mirrors. A resumed run calls `truncate_after` with
-its checkpoint's step so that its files end up equal to an uninterrupted run's.
+line); TensorBoard and W&B are optional mirrors. Each destination is a `Sink`, and
+`RunLogger` fans every step out to its list of sinks: a new destination is one class
+plus one line in `RunLogger.__init__`. A resumed run calls `truncate_after` with its
+checkpoint's step so that its files end up equal to an uninterrupted run's.
+
+File names and the JSONL rules live in `starpo.runs`.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import secrets
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from starpo import runs
 from starpo.errors import UserError
+from starpo.runs import RunFolder
 
-METRICS_FILE = "metrics.jsonl"
-WANDB_ID_FILE = "wandb_id.txt"
+__all__ = [
+    "JsonlSink",
+    "RunLogger",
+    "Sink",
+    "TensorBoardSink",
+    "WandbSink",
+    "format_step_line",
+    "read_metrics",
+]
+
 WANDB_MODES = ("online", "offline", "disabled")
+
+Metrics = Mapping[str, float | int | None]  # finite numbers; None where the value was NaN/inf
 
 
 class SupportsToJson(Protocol):
     """Anything with a one-line JSON form (`Trajectory`, `Episode`)."""
 
     def to_json(self) -> str: ...
+
+
+class Sink(Protocol):
+    """One destination of a run's per-step metrics."""
+
+    def log(self, step: int, metrics: Metrics) -> None:
+        """Record `metrics` of `step` (already JSON-safe: see `_json_value`)."""
+
+    def truncate_after(self, step: int) -> None:
+        """Forget, or hide, what was recorded for steps > `step` (resume of a crashed run)."""
+
+    def close(self) -> None:
+        """Flush and release; safe to call twice."""
 
 
 def _json_value(value: Any) -> float | int | None:
@@ -37,11 +64,34 @@ def _json_value(value: Any) -> float | int | None:
     return number if math.isfinite(number) else None
 
 
-def _step_file(folder: Path, step: int) -> Path:
-    return folder / f"step_{step:06d}.jsonl"
+class JsonlSink:
+    """`metrics.jsonl`, appended one flushed line per step."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._file = runs.open_for_append(self.path)
+
+    def log(self, step: int, metrics: Metrics) -> None:
+        # allow_nan=False: a non-finite value that slipped through fails loudly here.
+        self._file.write(runs.json_line({"step": step, **metrics}, allow_nan=False))
+        self._file.flush()
+
+    def truncate_after(self, step: int) -> None:
+        """Rewrite the file with the records of steps <= `step` (atomically).
+
+        A half-written last line (the crash being resumed from) is dropped with a warning.
+        """
+        self._file.close()
+        read = runs.load_jsonl(self.path)
+        runs.warn_skipped(read)
+        runs.rewrite_jsonl(self.path, (r for r in read.records if r["step"] <= step))
+        self._file = runs.open_for_append(self.path)
+
+    def close(self) -> None:
+        self._file.close()
 
 
-class _TensorBoardSink:
+class TensorBoardSink:
     """Scalars under `run_dir/tensorboard/`; the writer opens on the first `log`."""
 
     def __init__(self, log_dir: Path) -> None:
@@ -56,12 +106,12 @@ class _TensorBoardSink:
         self._writer: Any = None
         self._purge_step: int | None = None
 
-    def purge_from(self, step: int) -> None:
-        """Hide events with step >= `step` that an interrupted run left behind."""
+    def truncate_after(self, step: int) -> None:
+        """Hide events with step > `step` that an interrupted run left behind."""
         self.close()  # reopening with purge_step writes the marker TensorBoard reads
-        self._purge_step = step
+        self._purge_step = step + 1
 
-    def log(self, step: int, metrics: Mapping[str, float | int | None]) -> None:
+    def log(self, step: int, metrics: Metrics) -> None:
         if self._writer is None:
             self._writer = self._writer_cls(str(self._log_dir), purge_step=self._purge_step)
         for key, value in metrics.items():
@@ -75,7 +125,7 @@ class _TensorBoardSink:
             self._writer = None
 
 
-class _WandbSink:
+class WandbSink:
     """A W&B run whose id lives in `run_dir/wandb_id.txt`, so a resumed run continues it.
 
     W&B ignores steps at or below the last one it recorded, so in online mode the steps
@@ -91,7 +141,7 @@ class _WandbSink:
             import wandb
         except ImportError as exc:
             raise UserError("W&B logging needs the wandb package: pip install wandb") from exc
-        id_file = run_dir / WANDB_ID_FILE
+        id_file = RunFolder(run_dir).wandb_id
         if resume and id_file.exists():
             run_id = id_file.read_text().strip()
         else:
@@ -101,8 +151,11 @@ class _WandbSink:
             project=project, dir=str(run_dir), mode=mode, config=config, resume="allow", id=run_id
         )
 
-    def log(self, step: int, metrics: Mapping[str, float | int | None]) -> None:
+    def log(self, step: int, metrics: Metrics) -> None:
         self._run.log({k: v for k, v in metrics.items() if v is not None}, step=step)
+
+    def truncate_after(self, step: int) -> None:
+        pass  # W&B cannot forget steps; see the class docstring
 
     def close(self) -> None:
         if self._run is not None:
@@ -130,27 +183,35 @@ class RunLogger:
         resume: bool = False,
     ) -> None:
         self.run_dir = Path(run_dir)
+        self.folder = RunFolder(self.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if not resume:
             self._start_over()
-        self._tensorboard = _TensorBoardSink(self.run_dir / "tensorboard") if tensorboard else None
-        self._wandb = None
+        # The optional sinks first: they can fail (missing package) before a file is open.
+        mirrors: list[Sink] = []
+        if tensorboard:
+            mirrors.append(TensorBoardSink(self.folder.tensorboard))
         if wandb:
-            self._wandb = _WandbSink(
-                self.run_dir,
-                project=wandb_project,
-                mode=wandb_mode,
-                config=config or {},
-                resume=resume,
+            mirrors.append(
+                WandbSink(
+                    self.run_dir,
+                    project=wandb_project,
+                    mode=wandb_mode,
+                    config=config or {},
+                    resume=resume,
+                )  # fmt: skip
             )
-        # Line-buffered append: each record reaches the OS as soon as it is written.
-        self._metrics = open(self.run_dir / METRICS_FILE, "a", encoding="utf-8", buffering=1)
+        self.sinks: list[Sink] = [JsonlSink(self.folder.metrics), *mirrors]
 
     def _start_over(self) -> None:
-        for name in (METRICS_FILE, WANDB_ID_FILE):
-            (self.run_dir / name).unlink(missing_ok=True)
-        for name in ("tensorboard", "trajectories", "val_trajectories"):
-            shutil.rmtree(self.run_dir / name, ignore_errors=True)
+        for path in (self.folder.metrics, self.folder.wandb_id):
+            path.unlink(missing_ok=True)
+        for path in (
+            self.folder.tensorboard,
+            self.folder.trajectories,
+            self.folder.val_trajectories,
+        ):
+            shutil.rmtree(path, ignore_errors=True)
 
     def truncate_after(self, step: int) -> None:
         """Forget everything logged for steps > `step` (an interrupted run's tail).
@@ -158,31 +219,20 @@ class RunLogger:
         Pass the step of the checkpoint being resumed; this assumes the trainer logs a
         step's metrics before it saves that step's checkpoint.
         """
-        path = self.run_dir / METRICS_FILE
-        self._metrics.close()
-        kept = [r for r in read_metrics(self.run_dir) if r["step"] <= step]
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
-        os.replace(tmp, path)  # atomic: a crash here leaves the old or the new file
-        self._metrics = open(path, "a", encoding="utf-8", buffering=1)
-        for folder in ("trajectories", "val_trajectories"):
-            for file in (self.run_dir / folder).glob("step_*.jsonl"):
-                if int(file.stem.removeprefix("step_")) > step:
+        for sink in self.sinks:
+            sink.truncate_after(step)
+        for folder in (self.folder.trajectories, self.folder.val_trajectories):
+            for file_step, file in runs.step_files(folder):
+                if file_step > step:
                     file.unlink()
-        if self._tensorboard is not None:
-            self._tensorboard.purge_from(step + 1)
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Append `{"step": step, **metrics}` to metrics.jsonl and mirror it to TB/W&B."""
         if "step" in metrics:
             raise ValueError("'step' is reserved for the step number; rename that metric")
         clean = {key: _json_value(value) for key, value in metrics.items()}
-        # allow_nan=False: a non-finite value that slipped through fails loudly here.
-        self._metrics.write(json.dumps({"step": step, **clean}, allow_nan=False) + "\n")
-        self._metrics.flush()
-        for sink in (self._tensorboard, self._wandb):
-            if sink is not None:
-                sink.log(step, clean)
+        for sink in self.sinks:
+            sink.log(step, clean)
 
     def log_trajectories(
         self, step: int, trajectories: Sequence[SupportsToJson], limit: int
@@ -195,30 +245,27 @@ class RunLogger:
             return None
         n = len(trajectories)
         picked = [trajectories[i * n // limit] for i in range(min(limit, n))]
-        return self._write_trajectories(self.run_dir / "trajectories", step, picked)
+        return self._write_trajectories(self.folder.trajectories, step, picked)
 
     def log_validation_trajectories(
         self, step: int, trajectories: Sequence[SupportsToJson]
     ) -> Path:
         """Write every validation trajectory of `step`."""
-        return self._write_trajectories(self.run_dir / "val_trajectories", step, trajectories)
+        return self._write_trajectories(self.folder.val_trajectories, step, trajectories)
 
     def _write_trajectories(
         self, folder: Path, step: int, trajectories: Sequence[SupportsToJson]
     ) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
-        path = _step_file(folder, step)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(t.to_json() + "\n" for t in trajectories), encoding="utf-8")
-        os.replace(tmp, path)  # the viewer never sees a half-written file
-        return path
+        # Atomic: the viewer never sees a half-written file.
+        return runs.write_lines_atomic(
+            runs.step_file(folder, step), (t.to_json() + "\n" for t in trajectories)
+        )
 
     def close(self) -> None:
         """Flush and close every sink; safe to call twice."""
-        self._metrics.close()
-        for sink in (self._tensorboard, self._wandb):
-            if sink is not None:
-                sink.close()
+        for sink in self.sinks:
+            sink.close()
 
     def __enter__(self) -> RunLogger:
         return self
@@ -230,23 +277,10 @@ class RunLogger:
 def read_metrics(run_dir: Path) -> list[dict]:
     """The records of `run_dir/metrics.jsonl` in order ([] when there is none).
 
-    A last line without its newline (a run killed mid-write) is ignored; a broken line
-    elsewhere is a UserError.
+    A half-written last line (a run killed mid-write) is skipped; a broken line elsewhere
+    is a UserError (the rule of `starpo.runs.load_jsonl`).
     """
-    path = Path(run_dir) / METRICS_FILE
-    if not path.exists():
-        return []
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    records = []
-    for number, line in enumerate(lines[:-1], start=1):  # lines[-1]: "" or a partial line
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{path}:{number} is not valid JSON ({exc.msg})") from exc
-    return records
+    return runs.load_jsonl(RunFolder(run_dir).metrics).records
 
 
 def _format_number(value: Any) -> str:

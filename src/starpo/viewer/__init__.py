@@ -1,7 +1,9 @@
-"""The rollout viewer: a self-contained static HTML page built from result files.
+"""Displays of a run folder: the rollout viewer (a self-contained static HTML page) and
+`report` (PNG plots of metrics; import `starpo.viewer.report`, it loads matplotlib).
 
-It only reads what training (`trajectories/`, `val_trajectories/`, `metrics.jsonl`,
-`alerts.jsonl`) and `starpo eval` (`trajectories.jsonl`, `summary.json`) wrote.
+Both only read what training (`trajectories/`, `val_trajectories/`, `metrics.jsonl`,
+`alerts.jsonl`) and `starpo eval` (`trajectories.jsonl`, `summary.json`) wrote, through
+`starpo.runs`, which owns those names and the JSONL reading rule.
 """
 
 from __future__ import annotations

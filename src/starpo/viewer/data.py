@@ -15,26 +15,20 @@ Token ids, log-probs and loss masks are dropped: they are large and unreadable o
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
+from starpo import runs
 from starpo.errors import UserError
 from starpo.types import Episode, Trajectory
 
 # Enough to browse a step; a full page with thousands of long responses gets slow.
 MAX_EPISODES_PER_SOURCE = 200
 
-_STEP_FILE = re.compile(r"^step_(\d+)\.jsonl$")
-
 # Shown (checked) by default in the metrics panel when present; any other metric can be
-# ticked by hand. Success curves are matched by suffix because they carry the env id.
-KEY_METRICS = (
-    "rollout/in_group_std",
-    "actor/entropy",
-    "actor/grad_norm",
-    "response_length/mean",
-)
+# ticked by hand. Per-env curves are matched by suffix because they carry the env id.
+KEY_METRICS = ("rollout/in_group_std", "actor/entropy", "actor/grad_norm")
+KEY_SUFFIXES = ("/success", "/mean_response_tokens")
 
 
 def turn_from_trajectory(turn: Any) -> dict[str, Any]:
@@ -112,54 +106,58 @@ def normalise_episode(episode: Episode) -> dict[str, Any]:
     }
 
 
+def normalise_record(record: dict[str, Any]) -> dict[str, Any]:
+    """The display model of one parsed JSONL object (a Trajectory or an Episode)."""
+    # The types parse from a line, not a dict; re-encoding the few hundred records a
+    # page embeds costs little and keeps the schema in one place (starpo.types).
+    if "turns" in record:
+        return normalise_trajectory(Trajectory.from_json(json.dumps(record)))
+    if "steps" in record:
+        return normalise_episode(Episode.from_json(json.dumps(record)))
+    raise ValueError("neither a Trajectory (no 'turns') nor an Episode (no 'steps')")
+
+
 def normalise_line(line: str) -> dict[str, Any]:
     """Parse one JSONL line (a Trajectory or an Episode) into the display model."""
     record = json.loads(line)
     if not isinstance(record, dict):
         raise ValueError("expected a JSON object")
-    if "turns" in record:
-        return normalise_trajectory(Trajectory.from_json(line))
-    if "steps" in record:
-        return normalise_episode(Episode.from_json(line))
-    raise ValueError("neither a Trajectory (no 'turns') nor an Episode (no 'steps')")
+    return normalise_record(record)
 
 
-def read_episodes(path: Path, cap: int = MAX_EPISODES_PER_SOURCE) -> tuple[list[dict], int]:
-    """The first `cap` episodes of a JSONL file and the total number of lines in it.
+def read_episodes(
+    path: Path, cap: int = MAX_EPISODES_PER_SOURCE, warnings: list[str] | None = None
+) -> tuple[list[dict], int]:
+    """The first `cap` episodes of a JSONL file and the number of episodes in it.
 
-    A malformed line is a user-visible error naming the file and line, not a silent skip:
-    a viewer that hides broken records would hide a broken writer.
+    Read by `starpo.runs.load_jsonl`: a half-written last line is skipped and reported in
+    `warnings`; a malformed line elsewhere, or an object that is no trajectory or episode,
+    is a user-visible error naming file and line, not a silent skip: a viewer that hid
+    broken records would hide a broken writer.
     """
-    episodes: list[dict] = []
-    total = 0
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            total += 1
-            if len(episodes) >= cap:
-                continue
-            try:
-                episodes.append(normalise_line(line))
-            except (ValueError, TypeError, KeyError) as exc:
-                raise UserError(f"{path}:{number}: not a trajectory or episode ({exc})") from exc
-    return episodes, total
+    read = _load(path, warnings, limit=cap)
+    episodes = []
+    for number, record in zip(read.numbers, read.records, strict=True):
+        try:
+            episodes.append(normalise_record(record))
+        except (ValueError, TypeError, KeyError) as exc:
+            raise UserError(f"{path}:{number}: not a trajectory or episode ({exc})") from exc
+    return episodes, read.total
 
 
-def _step_files(folder: Path) -> list[tuple[int, Path]]:
-    """(step, path) for each `step_NNNNNN.jsonl` in `folder`, sorted by step."""
-    if not folder.is_dir():
-        return []
-    found = []
-    for path in folder.iterdir():
-        match = _STEP_FILE.match(path.name)
-        if match:
-            found.append((int(match.group(1)), path))
-    return sorted(found)
+def _load(path: Path, warnings: list[str] | None, limit: int | None = None) -> runs.JsonlRead:
+    """`runs.load_jsonl`, its warning (if any) appended to `warnings`."""
+    read = runs.load_jsonl(path, limit=limit)
+    message = read.warning()
+    if message is not None and warnings is not None:
+        warnings.append(message)
+    return read
 
 
-def _source(kind: str, step: int | None, path: Path, cap: int) -> dict[str, Any]:
-    episodes, total = read_episodes(path, cap)
+def _source(
+    kind: str, step: int | None, path: Path, cap: int, warnings: list[str]
+) -> dict[str, Any]:
+    episodes, total = read_episodes(path, cap, warnings)
     label = "eval" if step is None else f"{'train' if kind == 'train' else 'val'} step {step}"
     return {
         "id": f"{kind}:{'' if step is None else step}",
@@ -172,28 +170,10 @@ def _source(kind: str, step: int | None, path: Path, cap: int) -> dict[str, Any]
     }
 
 
-def read_jsonl_objects(path: Path) -> list[dict[str, Any]]:
-    """Every JSON object in a JSONL file (absent file: empty list)."""
-    if not path.is_file():
-        return []
-    rows = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise UserError(f"{path}:{number}: not valid JSON ({exc})") from exc
-            if isinstance(row, dict):
-                rows.append(row)
-    return rows
-
-
-def read_metrics(path: Path) -> dict[str, list[list[float]]]:
+def read_metrics(path: Path, warnings: list[str] | None = None) -> dict[str, list[list[float]]]:
     """metrics.jsonl as {metric: [[step, value], ...]}, skipping nulls and non-numbers."""
     series: dict[str, list[list[float]]] = {}
-    for row in read_jsonl_objects(path):
+    for row in _load(path, warnings).records:
         step = row.get("step")
         if not isinstance(step, (int, float)):
             continue
@@ -209,33 +189,45 @@ def read_metrics(path: Path) -> dict[str, list[list[float]]]:
 
 def default_metrics(names: list[str]) -> list[str]:
     """The metrics ticked when the page opens: success curves plus the key diagnostics."""
-    return [n for n in names if n.endswith("/success") or n in KEY_METRICS]
+    return [n for n in names if n.endswith(KEY_SUFFIXES) or n in KEY_METRICS]
+
+
+def _read_summary(path: Path) -> Any:
+    """An eval folder's summary.json, or None when there is none."""
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:  # also invalid UTF-8 (UnicodeDecodeError is a ValueError)
+        raise UserError(f"{path}: not valid JSON ({exc})") from exc
 
 
 def load_run(run_dir: Path, cap: int = MAX_EPISODES_PER_SOURCE) -> dict[str, Any]:
-    """The whole display model of a training run folder or a `starpo eval` folder."""
+    """The whole display model of a training run folder or a `starpo eval` folder.
+
+    `warnings` lists the lines skipped on the way (a run killed mid-write), one string
+    per file, for the page and the terminal.
+    """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"{run_dir}: no such folder (give a run or eval output folder)")
-    sources = [_source("train", s, p, cap) for s, p in _step_files(run_dir / "trajectories")]
-    sources += [_source("val", s, p, cap) for s, p in _step_files(run_dir / "val_trajectories")]
-    if (run_dir / "trajectories.jsonl").is_file():
-        sources.append(_source("eval", None, run_dir / "trajectories.jsonl", cap))
+    folder, warnings = runs.RunFolder(run_dir), []
+    sources = [
+        _source(kind, step, path, cap, warnings)
+        for kind, parent in (("train", folder.trajectories), ("val", folder.val_trajectories))
+        for step, path in runs.step_files(parent)
+    ]
+    if (run_dir / runs.EVAL_TRAJECTORIES_FILE).is_file():
+        sources.append(_source("eval", None, run_dir / runs.EVAL_TRAJECTORIES_FILE, cap, warnings))
     if not sources:
         raise UserError(
             f"{run_dir}: no trajectory files (expected trajectories/step_*.jsonl, "
             "val_trajectories/step_*.jsonl or trajectories.jsonl)"
         )
-    summary = None
-    if (run_dir / "summary.json").is_file():
-        try:
-            summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise UserError(f"{run_dir / 'summary.json'}: not valid JSON ({exc})") from exc
-    metrics = read_metrics(run_dir / "metrics.jsonl")
+    metrics = read_metrics(folder.metrics, warnings)
     alerts = [
         {k: row.get(k) for k in ("step", "state", "rule", "message")}
-        for row in read_jsonl_objects(run_dir / "alerts.jsonl")
+        for row in _load(folder.alerts, warnings).records
     ]
     return finite(
         {
@@ -245,7 +237,8 @@ def load_run(run_dir: Path, cap: int = MAX_EPISODES_PER_SOURCE) -> dict[str, Any
             "metrics": metrics,
             "default_metrics": default_metrics(sorted(metrics)),
             "alerts": alerts,
-            "summary": summary,
+            "summary": _read_summary(run_dir / runs.SUMMARY_FILE),
+            "warnings": warnings,
         }
     )
 

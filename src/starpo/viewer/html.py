@@ -17,6 +17,8 @@ import html
 from pathlib import Path
 from typing import Any
 
+from starpo.logs import warn
+from starpo.runs import VIEWER_FILE
 from starpo.viewer.assets import CSS, JS
 from starpo.viewer.data import MAX_EPISODES_PER_SOURCE, json_for_script, load_run
 
@@ -27,6 +29,7 @@ _BODY = """<header>
 <button data-tab="metrics">Metrics</button>
 <button data-tab="summary" id="tab-button-summary">Eval summary</button>
 </header>
+<div class="warnings" id="warnings" hidden></div>
 <section id="tab-episodes">
 <div class="controls">
 <label>Source <select id="source"></select></label>
@@ -90,11 +93,14 @@ def build_viewer(
     """Write the viewer page for a run or eval folder; return its path.
 
     `out` defaults to `run_dir/viewer.html`. Raises `UserError` when the folder has no
-    trajectory file.
+    trajectory file. Lines skipped while reading are listed on the page and, one
+    `warning:` line each, on stderr.
     """
     run_dir = Path(run_dir)
     model = load_run(run_dir, cap=cap)
-    target = Path(out) if out is not None else run_dir / "viewer.html"
+    for message in model["warnings"]:
+        warn(message, "starpo.viewer")
+    target = Path(out) if out is not None else run_dir / VIEWER_FILE
     target.parent.mkdir(parents=True, exist_ok=True)
     # errors="replace": a lone surrogate in model text must not abort the whole page.
     target.write_bytes(render_page(model).encode("utf-8", errors="replace"))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from starpo.errors import UserError
-from starpo.report import (
+from starpo.viewer.report import (
     PANELS,
     build_figure,
     load_run,
@@ -45,8 +45,8 @@ def _make_run(root: Path, name: str, collapse: bool) -> Path:
             "rollout/kept_in_group_std": 0.1 if late else 0.6,
             "actor/entropy": None if step == 10 else (0.1 if late else 2.0 - step / 30),
             "actor/grad_norm": 5.0 if late else 1.0 + 0.1 * (step % 3),
-            "response_length/mean": 40.0 - step if collapse else 40.0 + step,
-            "response_length/think_mean": 20.0,
+            "train/bandit/mean_response_tokens": 40.0 - step if collapse else 40.0 + step,
+            "train/bandit/mean_think_tokens": 20.0,
             "diagnostics/state": 2 if late else 0,
         }
         if step % 5 == 0:
@@ -182,6 +182,29 @@ def test_broken_line_in_the_middle_is_a_user_error(tmp_path):
         write_report([run])
 
 
+def test_half_written_last_line_is_skipped_and_reported(tmp_path, capsys):
+    run = _make_run(tmp_path, "crashed", collapse=True)  # metrics.jsonl ends in half a line
+    with open(run / "alerts.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"step": 25, "sever')
+    loaded = load_run(run)
+    assert loaded.series["train/bandit/success"][0].tolist() == list(range(1, 31))
+    assert [a.step for a in loaded.alerts] == [12, 18]
+    assert len(loaded.warnings) == 2
+    assert all("half-written last line" in w for w in loaded.warnings)
+    paths = write_report([run], tmp_path / "out")
+    assert paths[0] == tmp_path / "out" / "overview.png" and paths[0].is_file()
+    err = capsys.readouterr().err
+    assert err.count("warning: ") == 2 and "metrics.jsonl" in err and "alerts.jsonl" in err
+
+
+def test_invalid_utf8_inside_metrics_is_a_user_error(tmp_path):
+    run = tmp_path / "bytes"
+    run.mkdir()
+    (run / "metrics.jsonl").write_bytes(b'{"step": 1}\n{"step": 2, "x": "\xff"}\n{"step": 3}\n')
+    with pytest.raises(UserError, match="metrics.jsonl:2 is not valid UTF-8"):
+        write_report([run])
+
+
 def test_report_main_prints_paths(tmp_path, capsys):
     run = _make_run(tmp_path, "healthy", collapse=False)
     assert report_main([str(run)], str(tmp_path / "out")) == 0
@@ -193,7 +216,7 @@ def test_report_main_prints_paths(tmp_path, capsys):
 def test_report_does_not_import_torch_or_pyplot():
     # A fresh interpreter: other tests in this session may have loaded torch already.
     code = (
-        "import sys, starpo.report; "
+        "import sys, starpo.viewer.report; "
         "print('torch' in sys.modules, 'matplotlib.pyplot' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

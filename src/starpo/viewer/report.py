@@ -12,7 +12,6 @@ backend, no global figure registry, nothing to close; PNGs are rendered by Agg.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Sequence
@@ -25,9 +24,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from starpo.errors import UserError
+from starpo.logs import warn
+from starpo.runs import ALERTS_FILE, METRICS_FILE, REPORT_DIR, load_jsonl
 
-METRICS_FILE = "metrics.jsonl"
-ALERTS_FILE = "alerts.jsonl"
 DPI = 100
 SEVERITY_COLORS = {"warning": "#f28e2b", "collapse": "#d62728"}
 UNKNOWN_SEVERITY_COLOR = "#7f7f7f"
@@ -59,7 +58,10 @@ PANELS: tuple[Panel, ...] = (
     Panel(
         "response_length",
         "Response length (tokens)",
-        (("response", "response_length/mean"), ("think", "response_length/think_mean")),
+        (
+            ("response", "train/*/mean_response_tokens"),
+            ("think", "train/*/mean_think_tokens"),
+        ),
     ),
 )
 
@@ -83,28 +85,21 @@ class RunData:
     # key -> (steps, values); a null value is NaN, so the line shows a gap there.
     series: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     alerts: list[Alert] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # lines skipped while reading
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    """The JSON objects of `path`, one a line; a broken last line (a run mid-write) is ignored.
-
-    A broken line elsewhere is a UserError naming file and line.
+def _read_records(path: Path, warnings: list[str]) -> list[dict]:
+    """The step records of `path` by the rule of `starpo.runs.load_jsonl` (a half-written
+    last line is skipped and noted in `warnings`); a record without an integer 'step' is
+    a UserError naming file and line.
     """
-    lines = path.read_text(encoding="utf-8").split("\n")
-    records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if number == len(lines):  # no newline after it: still being written
-                continue
-            raise UserError(f"{path}:{number} is not valid JSON ({exc.msg})") from exc
-        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+    read = load_jsonl(path)
+    if (message := read.warning()) is not None:
+        warnings.append(message)
+    for number, record in zip(read.numbers, read.records, strict=True):
+        if not isinstance(record.get("step"), int):
             raise UserError(f"{path}:{number} is not an object with an integer 'step'")
-        records.append(record)
-    return records
+    return read.records
 
 
 def _as_number(value: object) -> float | None:
@@ -142,9 +137,9 @@ def load_run(run_dir: Path, name: str | None = None) -> RunData:
             "pass the folder given to `starpo train`"
         )
     run = RunData(name or run_dir.resolve().name, run_dir)
-    run.series = _collect_series(_read_jsonl(run_dir / METRICS_FILE))
+    run.series = _collect_series(_read_records(run_dir / METRICS_FILE, run.warnings))
     if (run_dir / ALERTS_FILE).is_file():
-        for record in _read_jsonl(run_dir / ALERTS_FILE):
+        for record in _read_records(run_dir / ALERTS_FILE, run.warnings):
             severity = str(record.get("severity") or record.get("state") or "warning")
             run.alerts.append(
                 Alert(
@@ -302,13 +297,18 @@ def write_report(run_dirs: list[Path], out_dir: Path | None = None) -> list[Path
 
     One run: `overview.png` plus one PNG per panel with data, in `out_dir` or `RUN/report/`.
     Several: `compare.png` plus one PNG per panel, in `out_dir` or `./report-compare/`.
+    Lines skipped while reading (a run killed mid-write) are one `warning:` line each on
+    stderr.
     """
     if not run_dirs:
         raise UserError("no run folder given; pass at least one training run folder")
     run_dirs = [Path(d) for d in run_dirs]
     runs = [load_run(d, n) for d, n in zip(run_dirs, _run_names(run_dirs), strict=True)]
+    for run in runs:
+        for message in run.warnings:
+            warn(message, "starpo.report")
     if out_dir is None:
-        out_dir = run_dirs[0] / "report" if len(runs) == 1 else Path("report-compare")
+        out_dir = run_dirs[0] / REPORT_DIR if len(runs) == 1 else Path("report-compare")
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--out {out_dir} is a file; pass a folder")
