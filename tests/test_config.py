@@ -9,41 +9,45 @@ import subprocess
 import sys
 import types
 import typing
-from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
 import starpo.config as config_module
 from starpo.config import (
+    PRESETS_DIR,
+    DiagnosticsConfig,
     OptimConfig,
     RolloutConfig,
     TrainConfig,
     config_from_dict,
     config_help,
     config_to_dict,
+    field_rules,
     format_config_help,
     load_config,
+    presets,
     save_config,
+    yaml_text,
 )
 from starpo.errors import UserError
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = PRESETS_DIR
 PRESETS = sorted(CONFIGS.glob("*.yaml"))
 PAPER_ENVS = ["bandit", "sokoban", "frozenlake"]
 
 
 def leaf_fields(cls: type = TrainConfig, prefix: str = ""):
     """(dotted key, field, type) of every setting, nested sections flattened."""
-    hints = typing.get_type_hints(cls)
-    for f in fields(cls):
-        if is_dataclass(hints[f.name]):
-            yield from leaf_fields(hints[f.name], f"{prefix}{f.name}.")
+    for name, f in cls.model_fields.items():
+        if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel):
+            yield from leaf_fields(f.annotation, f"{prefix}{name}.")
         else:
-            yield prefix + f.name, f, hints[f.name]
+            yield prefix + name, f, f.annotation
 
 
 def user_error(overrides: list[str]) -> str:
@@ -83,8 +87,8 @@ def test_defaults_are_valid_and_match_the_reference():
 
 def test_every_field_has_a_default_and_help():
     for key, f, _ in leaf_fields():
-        assert f.default is not MISSING or f.default_factory is not MISSING, key
-        assert f.metadata.get("help", "").strip(), f"{key} has no help text"
+        assert not f.is_required(), key
+        assert field_rules(f).get("help", "").strip(), f"{key} has no help text"
 
 
 def test_env_validation_defaults_follow_the_training_env():
@@ -94,17 +98,49 @@ def test_env_validation_defaults_follow_the_training_env():
     assert cfg.env.validation_id == "bandit-rev" and cfg.env.validation_kwargs == {}
 
 
-def test_rollout_settings_kwargs_build_the_engine_settings():
-    kwargs = RolloutConfig(max_new_tokens=64).settings_kwargs(temperature=0.5)
-    assert kwargs["max_new_tokens"] == 64 and kwargs["temperature"] == 0.5
-    assert "num_groups" not in kwargs and "train_seed_start" not in kwargs
-    engine = Path(config_module.__file__).parent / "rollout" / "engine.py"
-    tree = ast.parse(engine.read_text(encoding="utf-8"))
-    settings_cls = next(
-        n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "RolloutSettings"
+def test_rollout_section_builds_the_engine_settings_from_one_definition():
+    from dataclasses import fields
+
+    from starpo.rollout.engine import RolloutSettings
+
+    settings = RolloutConfig(max_new_tokens=64).settings(temperature=0.5)
+    assert isinstance(settings, RolloutSettings)
+    assert settings.max_new_tokens == 64 and settings.temperature == 0.5
+    episode = {f.name for f in fields(RolloutSettings)}
+    per_step = {"num_groups", "group_size", "train_seed_start", "backend"}
+    assert set(RolloutConfig.model_fields) == episode | per_step
+    for f in fields(RolloutSettings):  # same default and help text as the one definition
+        info = RolloutConfig.model_fields[f.name]
+        assert info.default == f.default, f.name
+        if f.name != "temperature":  # training refuses greedy rollouts: its own help
+            assert info.description == f.metadata["help"], f.name
+
+
+def test_config_choices_read_the_registry():
+    from starpo import registry
+
+    cfg = load_config(None, [])
+    assert (
+        cfg.algorithm.uses_critic
+        and not load_config(
+            None, ["algorithm.adv_estimator=grpo", "rollout.group_size=4"]
+        ).algorithm.uses_critic
     )
-    names = {n.target.id for n in settings_cls.body if isinstance(n, ast.AnnAssign)}
-    assert set(kwargs) <= names
+    rules = {
+        "adv_estimator": registry.ADVANTAGE_ESTIMATORS,
+        "loss_agg": registry.LOSS_AGGREGATIONS,
+    }
+    for name, reg in rules.items():
+        info = type(cfg.algorithm).model_fields[name]
+        assert set(info.json_schema_extra["choices"]) == set(reg)
+    kl = type(cfg.algorithm).model_fields["kl_estimator"].json_schema_extra["choices"]
+    assert set(kl) == {"auto", *registry.KL_ESTIMATORS}
+    mode = type(cfg.filter).model_fields["mode"].json_schema_extra["choices"]
+    assert set(mode) == set(registry.FILTER_MODES)
+    backend = type(cfg.rollout).model_fields["backend"].json_schema_extra["choices"]
+    assert set(backend) == set(registry.GENERATION_BACKENDS)
+    with pytest.raises(UserError, match="did you mean rollout.backend=hf"):
+        load_config(None, ["rollout.backend=hff"])
 
 
 # ------------------------------------------------------------------------- presets
@@ -170,7 +206,7 @@ def test_cpu_presets_use_the_embedded_model_on_cpu():
 @pytest.mark.parametrize(
     ("override", "attr", "expected"),
     [
-        ("optim.actor_lr=1e-5", "optim.actor_lr", 1e-5),  # YAML 1.1 reads 1e-5 as text
+        ("optim.actor_lr=1e-5", "optim.actor_lr", 1e-5),  # YAML 1.1 would read text
         ("optim.actor_lr=2.0e-5", "optim.actor_lr", 2e-5),
         ("optim.weight_decay=0", "optim.weight_decay", 0.0),  # int into a float key
         ("trainer.total_steps=1_000", "trainer.total_steps", 1000),
@@ -178,7 +214,7 @@ def test_cpu_presets_use_the_embedded_model_on_cpu():
         ("rollout.think=false", "rollout.think", False),
         ("model.name=Qwen/Qwen2.5-0.5B-Instruct", "model.name", "Qwen/Qwen2.5-0.5B-Instruct"),
         ("trainer.wandb_project=2024", "trainer.wandb_project", "2024"),  # text, not a number
-        ("model.critic_name=2024", "model.critic_name", "2024"),
+        ("env.val_id=2024", "env.val_id", "2024"),  # an optional text key too
         ("env.kwargs={size: 6, p: 0.8}", "env.kwargs", {"size": 6, "p": 0.8}),
         ("algorithm.dual_clip=3", "algorithm.dual_clip", 3.0),
         ("algorithm.dual_clip=null", "algorithm.dual_clip", None),
@@ -361,6 +397,12 @@ def test_direct_construction_is_validated_and_coerced():
         (["optim=3"], "config key 'optim' is a section"),
         (["optim.actor_lr.x=1"], "config key 'optim.actor_lr' has no sub-keys"),
         (["env.kwargs.size=6"], "write env.kwargs={size: 6}"),
+        (["diagnostics.ema_alpha=0"], "diagnostics.ema_alpha must be > 0.0 and <= 1.0"),
+        (["diagnostics.min_steps=0"], "diagnostics.min_steps must be >= 1"),
+        (["diagnostics.grad_min_history=1"], "(a std needs two values)"),
+        (["diagnostics.std_key=[a]"], "'diagnostics.std_key' expects a string"),
+        (["diagnostics.windw=3"], "did you mean 'diagnostics.window'?"),
+        (["diagnostics.identical_warn=0.95"], "must be <= diagnostics.identical_collapse=0.9"),
     ],
 )
 def test_validation_errors_are_one_line_and_name_the_key(overrides, expected):
@@ -395,6 +437,7 @@ def test_the_batch_fix_suggested_is_valid():
         ("bad.yaml", "optim:\n  actor_learning_rate: 1.0\n", "did you mean 'optim.actor_lr'?"),
         ("bad.json", "{}", "is not a YAML file"),
         ("bad.yaml", "optim: {actor_lr: 0}\n", "optim.actor_lr must be > 0"),
+        ("bad.yaml", "optim:\n  1: 2\n", "unknown config key 'optim.1'"),
     ],
 )
 def test_bad_config_files_are_one_line_user_errors(tmp_path, name, text, expected):
@@ -419,6 +462,58 @@ def test_missing_config_file(tmp_path):
         load_config(CONFIGS / "bandit-starpo-s.yml", [])
 
 
+def test_presets_load_by_name_and_unknown_names_list_them():
+    assert load_config("cpu-tiny-smoke") == load_config(CONFIGS / "cpu-tiny-smoke.yaml")
+    assert load_config("cpu-tiny-smoke.yaml").preset == "cpu-tiny-smoke"
+    assert {"cpu-tiny-smoke", "bandit-starpo-s"} <= set(presets())
+    with pytest.raises(UserError) as info:
+        load_config("cpu-tiny-smok")
+    message = str(info.value)
+    assert "preset 'cpu-tiny-smok' not found; did you mean 'cpu-tiny-smoke'?" in message
+    assert all(name in message for name in presets()) and "\n" not in message
+
+
+def test_a_path_wins_over_a_preset_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "cpu-tiny-smoke", "rollout: {group_size: 4}\n")  # not .yaml: refused
+    with pytest.raises(UserError, match="is not a YAML file"):
+        load_config("cpu-tiny-smoke")
+    write(tmp_path / "mine.yaml", "base: cpu-tiny-smoke.yaml\ntrainer: {total_steps: 1}\n")
+    cfg = load_config("mine.yaml")  # a user's file may build on a shipped preset
+    assert cfg.preset == "mine" and cfg.trainer.total_steps == 1
+    assert cfg.rollout == load_config(CONFIGS / "cpu-tiny-smoke.yaml").rollout
+
+
+def test_presets_ship_as_package_data():
+    tomllib = pytest.importorskip("tomllib")
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    patterns = data["tool"]["setuptools"]["package-data"]["starpo"]
+    package = Path(config_module.__file__).parent
+    shipped = {p for pattern in patterns for p in package.glob(pattern)}
+    assert set(CONFIGS.glob("*.yaml")) <= shipped and len(shipped) >= 9
+
+
+def test_yaml_reads_exponents_as_numbers_and_round_trips_text(tmp_path):
+    path = write(tmp_path / "a.yaml", "optim: {actor_lr: 1e-6, critic_lr: 2E-5}\n")
+    cfg = load_config(path, ["env.kwargs={p: 1e-3, name: '1e5'}"])
+    assert (cfg.optim.actor_lr, cfg.optim.critic_lr) == (1e-6, 2e-5)
+    assert cfg.env.kwargs == {"p": 1e-3, "name": "1e5"}
+    save_config(cfg, tmp_path / "saved.yaml")
+    assert load_config(tmp_path / "saved.yaml").env.kwargs == {"p": 1e-3, "name": "1e5"}
+
+
+def test_diagnostics_is_a_section_set_from_yaml_and_overrides(tmp_path):
+    path = write(tmp_path / "d.yaml", "diagnostics: {min_steps: 3, std_key: my/std}\n")
+    cfg = load_config(path, ["diagnostics.ema_alpha=1", "diagnostics.reward_key=my/reward"])
+    assert cfg.diagnostics == DiagnosticsConfig(
+        min_steps=3, std_key="my/std", ema_alpha=1.0, reward_key="my/reward"
+    )
+    assert cfg.diagnostics.ema_alpha == 1.0 and type(cfg.diagnostics.ema_alpha) is float
+    with pytest.raises(UserError, match="diagnostics.window must be >= 1"):
+        DiagnosticsConfig(window=0)
+
+
 def test_an_empty_file_means_the_defaults(tmp_path):
     cfg = load_config(write(tmp_path / "empty.yaml", ""), [])
     assert cfg == TrainConfig(preset="empty")
@@ -433,25 +528,38 @@ def test_help_lists_every_field_with_its_help_and_default():
     assert list(rows) == keys
     for key, f, _ in leaf_fields():
         default, help_text = rows[key]
-        assert help_text.startswith(f.metadata["help"])
-        value = f.default if f.default is not MISSING else f.default_factory()
+        assert help_text.startswith(field_rules(f)["help"])
+        value = f.get_default(call_default_factory=True)
         assert yaml.safe_load(default) == (list(value) if isinstance(value, tuple) else value)
-        for choice in f.metadata.get("choices", ()):
+        for choice in field_rules(f).get("choices", ()):
             assert choice in help_text, (key, choice)
     assert "One of: auto, fp32, bf16" in rows["model.dtype"][1]
+    assert rows["filter.ratio"][1].endswith("Must be > 0.0 and <= 1.0.")
     text = format_config_help()
     for key, default, _ in config_help():
         assert f"  {key} = {default}" in text
     assert "optim: optimizer and batching" in text
 
 
-def test_config_module_imports_no_torch():
-    tree = ast.parse(Path(config_module.__file__).read_text(encoding="utf-8"))
+@pytest.mark.parametrize("module", ["config", "config_fields", "config_files"])
+def test_config_module_imports_no_torch(module):
+    path = Path(config_module.__file__).with_name(f"{module}.py")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    allowed = set(sys.stdlib_module_names) | {"yaml", "starpo.errors", "starpo.defaults"}
+    allowed = set(sys.stdlib_module_names) | {
+        "yaml",
+        "pydantic",
+        "starpo.errors",
+        "starpo.defaults",
+        "starpo.registry",  # extension names (lazy: no torch)
+        "starpo.rollout.engine",  # RolloutSettings, the per-episode settings' one definition
+        "starpo.config_fields",  # field helpers, the section base, one-line errors
+        "starpo.config_files",  # YAML files, base:, presets, overrides, help rows
+        "starpo.diagnostics.settings",  # the diagnostics section, beside its detector
+    }
     assert {m for m in imported if m.split(".")[0] not in allowed and m not in allowed} == set()
-    code = "import sys, starpo.config; assert 'torch' not in sys.modules; print('clean')"
+    code = f"import sys, starpo.{module}; assert 'torch' not in sys.modules; print('clean')"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0 and "clean" in result.stdout, result.stderr
 
@@ -468,6 +576,8 @@ COUPLED = {
     "optim.micro_batch_size",
     "algorithm.adv_estimator",
     "algorithm.tis_cap",  # needs algorithm.recompute_old_logprobs not false
+    "diagnostics.identical_warn",  # <= diagnostics.identical_collapse
+    "diagnostics.identical_collapse",
 }
 TEXT = st.text(string.ascii_letters + string.digits + " -_/.:,#{}[]'\"=!@", max_size=12)
 SCALAR = st.one_of(st.integers(), st.floats(allow_nan=False), st.booleans(), TEXT)
@@ -479,7 +589,7 @@ def value_strategy(tp, meta):
         inner = next(a for a in typing.get_args(tp) if a is not type(None))
         return st.none() | value_strategy(inner, meta)
     if "choices" in meta:
-        return st.sampled_from(meta["choices"])
+        return st.sampled_from(tuple(meta["choices"]))
     if tp is bool:
         return st.booleans()
     if tp is int:
@@ -505,7 +615,7 @@ def value_strategy(tp, meta):
 
 
 FREE_KEYS = {
-    key: value_strategy(tp, f.metadata) for key, f, tp in leaf_fields() if key not in COUPLED
+    key: value_strategy(tp, field_rules(f)) for key, f, tp in leaf_fields() if key not in COUPLED
 }
 
 
@@ -516,9 +626,7 @@ def overrides(draw):
 
 
 def as_override(key, value):
-    plain = list(value) if isinstance(value, tuple) else value
-    text = yaml.safe_dump(plain, default_flow_style=True, width=10**9).strip()
-    return f"{key}={text.removesuffix(chr(10) + '...')}"
+    return f"{key}={yaml_text(value)}"
 
 
 @settings(

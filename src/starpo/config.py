@@ -1,79 +1,52 @@
-"""Training configuration: dataclasses with help text, YAML presets, dotted overrides.
+"""Training configuration: the sections of `TrainConfig`, and its public API.
 
-A config is built in layers: the dataclass defaults, then a YAML file (which may inherit
-from another file through a top-level `base: other.yaml`), then `section.key=value`
-overrides from the command line. Every load is checked; each mistake raises one
-`UserError` line that names the key and says what to change.
+A config is built in layers: the defaults, then a YAML file (a preset shipped in
+`starpo/configs/`, or any path; a file may inherit from another through a top-level
+`base: other.yaml`), then `section.key=value` overrides from the command line. pydantic
+checks types and bounds; each mistake becomes one `UserError` line that names the key and
+says what to change.
 
-Only stdlib and yaml here: `starpo train --help` must not pay for importing torch.
+This module owns what the settings are (fields with help, bounds, choices, and checks
+across fields). The machinery is generic and lives beside it: `starpo.config_fields`
+(field helpers, the section base class, one-line errors, the YAML dialect) and
+`starpo.config_files` (YAML files, `base:`, presets, overrides, `--help` rows); the
+functions at the end bind it to `TrainConfig` and `PRESETS_DIR`.
+
+Only stdlib, yaml and pydantic here: `starpo train --help` must not pay for importing torch.
 """
 
 from __future__ import annotations
 
-import copy
-import difflib
-import functools
 import math
-import operator
-import textwrap
-import types
-import typing
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-import yaml
-
+import starpo.config_files as config_files
+from starpo.config_fields import ConfigSection, config_root, plain, validated
+from starpo.config_fields import config_field as _f
+from starpo.config_fields import config_section as _section
+from starpo.config_fields import field_rules as field_rules  # re-exported: public API
+from starpo.config_fields import yaml_text as yaml_text  # re-exported: public API
 from starpo.defaults import DEFAULT_MODEL
-from starpo.errors import UserError, closest_match
+from starpo.diagnostics.settings import DiagnosticsConfig
+from starpo.errors import UserError
+from starpo.registry import (
+    ADVANTAGE_ESTIMATORS,
+    FILTER_MODES,
+    GENERATION_BACKENDS,
+    KL_ESTIMATORS,
+    LOSS_AGGREGATIONS,
+)
+from starpo.rollout.engine import RolloutSettings
 
-# --------------------------------------------------------------------------- fields
-
-
-def _f(default: Any, help: str, **rules: Any) -> Any:
-    """A config field: default, help text, and rules (choices, gt/ge/lt/le, example, and
-    `why`: the reason a bound exists, shown when it is broken)."""
-    meta = {"help": help, **rules}
-    if isinstance(default, (dict, list)):
-        return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-def _section(cls: type, help: str) -> Any:
-    return field(default_factory=cls, metadata={"help": help})
-
-
-class _Section:
-    """Checks shared by every section: types first, then declared ranges and choices."""
-
-    _prefix: ClassVar[str] = ""  # dotted position in messages, e.g. "optim"
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Coerce and check every field (sections recursively); raise UserError on a mistake."""
-        hints = _hints(type(self))
-        for f in fields(self):  # type: ignore[arg-type]
-            key = f"{self._prefix}.{f.name}" if self._prefix else f.name
-            example = f.metadata.get("example", None if f.default is MISSING else f.default)
-            value = _coerce(getattr(self, f.name), hints[f.name], key, example)
-            setattr(self, f.name, value)
-            if isinstance(value, _Section):
-                value.validate()
-            _check_rules(value, f.metadata, key, example)
-        self._check()
-
-    def _check(self) -> None:
-        """Checks that involve several fields; sections override this."""
-
+PRESETS_DIR = Path(__file__).resolve().parent / "configs"  # shipped as package data
 
 # -------------------------------------------------------------------------- sections
 
 
-@dataclass
-class LoraConfig(_Section):
+class LoraConfig(ConfigSection):
     _prefix = "model.lora"
 
     enabled: bool = _f(False, "Train LoRA adapters instead of all weights (paper: same result).")
@@ -84,17 +57,11 @@ class LoraConfig(_Section):
     lr_multiplier: float = _f(10.0, "Adapter lr = optim.actor_lr x this (reference: x10).", gt=0.0)
 
 
-@dataclass
-class ModelConfig(_Section):
+class ModelConfig(ConfigSection):
     _prefix = "model"
 
     name: str = _f(
         DEFAULT_MODEL, "Policy model: the embedded default, a local HF folder or a hub id."
-    )
-    critic_name: str | None = _f(
-        None,
-        "Model the critic starts from; null = model.name.",
-        example="Qwen/Qwen2.5-0.5B-Instruct",
     )
     device: str = _f("cpu", "Where the models run: cpu, cuda or cuda:N.")
     dtype: str = _f(
@@ -108,8 +75,7 @@ class ModelConfig(_Section):
     gradient_checkpointing: bool = _f(False, "Recompute activations: less memory, more compute.")
 
 
-@dataclass
-class EnvConfig(_Section):
+class EnvConfig(ConfigSection):
     _prefix = "env"
 
     id: str = _f("bandit", "Training environment id (see `starpo envs`).")
@@ -132,69 +98,75 @@ class EnvConfig(_Section):
         return dict(self.kwargs if self.val_kwargs is None else self.val_kwargs)
 
 
-@dataclass
-class RolloutConfig(_Section):
+_EPISODE_SETTINGS = {f.name: f for f in dataclass_fields(RolloutSettings)}
+
+
+def _setting(name: str, help: str | None = None, **rules: Any) -> Any:
+    """Config field `rollout.<name>` as `RolloutSettings` (the one definition of the
+    per-episode settings) declares it; `help`/`rules` given here replace its own."""
+    declared = _EPISODE_SETTINGS[name]
+    own = {k: v for k, v in declared.metadata.items() if k != "help"}
+    return _f(declared.default, help or declared.metadata["help"], **(rules or own))
+
+
+class RolloutConfig(ConfigSection):
     _prefix = "rollout"
 
     num_groups: int = _f(8, "Env groups per step (distinct initial states).", ge=1)
     group_size: int = _f(16, "Rollouts per group; all share one seed.", ge=1)
-    max_turns: int = _f(5, "Turns per episode at most.", ge=1)
-    max_actions_per_turn: int = _f(5, "Actions one answer may hold (separated by ||).", ge=1)
-    max_actions_per_traj: int = _f(
-        10, "Valid actions per episode at most (invalid ones use none).", ge=1
+    train_seed_start: int = _f(10000, "Training seeds count up from here.", ge=0)
+    backend: str = _f(
+        "hf",
+        "Generation backend (starpo.registry.GENERATION_BACKENDS): hf = the training model "
+        "itself, with a KV cache per episode.",
+        choices=GENERATION_BACKENDS,
     )
-    max_new_tokens: int = _f(400, "Token budget of one turn's response.", ge=1)
-    max_response_words: int = _f(100, "Response length the prompt asks for, in words.", ge=1)
-    temperature: float = _f(
-        1.0,
+    # Per-episode settings: defined once, in starpo.rollout.engine.RolloutSettings.
+    max_turns: int = _setting("max_turns")
+    max_actions_per_turn: int = _setting("max_actions_per_turn")
+    max_actions_per_traj: int = _setting("max_actions_per_traj")
+    max_new_tokens: int = _setting("max_new_tokens")
+    max_response_words: int = _setting("max_response_words")
+    temperature: float = _setting(
+        "temperature",
         "Sampling temperature of training rollouts, > 0: PPO needs the log-probs of the "
         "distribution it samples from (greedy is for validation: trainer.val_temperature=0).",
         gt=0.0,
         why="greedy rollouts cannot train: the PPO ratio needs the sampling distribution's "
         "log-probs; validation may be greedy with trainer.val_temperature=0",
     )
-    top_p: float = _f(1.0, "Nucleus sampling mass of training rollouts.", gt=0.0, le=1.0)
-    think: bool = _f(True, "Ask for <think>...</think> first; false = prompt ends with <answer>.")
-    format_penalty: float = _f(
-        -0.1, "Training reward of an unparsable turn or invalid action; 0 = none.", le=0.0
-    )
-    format_reward: float = _f(
-        0.0,
-        "Shaping bonus for a well-formed turn (think/answer structure parsed), whatever its "
-        "action; helps small models that never follow the format. 0 = the paper.",
-        ge=0.0,
-    )
-    train_seed_start: int = _f(10000, "Training seeds count up from here.", ge=0)
-    stop_at_answer: bool = _f(True, "End a turn's generation at </answer>.")
+    top_p: float = _setting("top_p")
+    think: bool = _setting("think")
+    format_penalty: float = _setting("format_penalty")
+    format_reward: float = _setting("format_reward")
+    stop_at_answer: bool = _setting("stop_at_answer")
 
-    def settings_kwargs(self, *, temperature: float | None = None) -> dict[str, Any]:
-        """Keyword arguments of `starpo.rollout.engine.RolloutSettings` (same names)."""
-        skip = ("num_groups", "group_size", "train_seed_start")  # not per-episode settings
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
-        return out if temperature is None else {**out, "temperature": temperature}
+    def settings(self, *, temperature: float | None = None) -> RolloutSettings:
+        """The per-episode settings of the rollout engine (another sampling temperature for
+        validation)."""
+        values = {name: getattr(self, name) for name in _EPISODE_SETTINGS}
+        return RolloutSettings(
+            **(values if temperature is None else {**values, "temperature": temperature})
+        )
 
 
-@dataclass
-class FilterConfig(_Section):
+class FilterConfig(ConfigSection):
     _prefix = "filter"
 
     enabled: bool = _f(False, "StarPO-S: train only on the groups whose rewards vary most.")
     ratio: float = _f(
         0.25, "Groups kept: max(1, round_half_up(ratio x num_groups)).", gt=0.0, le=1.0
     )
-    mode: str = _f(
-        "top_std", "top_std (StarPO-S) or bottom_std (ablation).", choices=("top_std", "bottom_std")
-    )
+    mode: str = _f("top_std", "top_std (StarPO-S) or bottom_std (ablation).", choices=FILTER_MODES)
 
 
-@dataclass
-class AlgorithmConfig(_Section):
+class AlgorithmConfig(ConfigSection):
     _prefix = "algorithm"
 
     adv_estimator: str = _f(
         "gae",
         "gae: PPO with a critic; grpo: group-normalised reward; bi_level_gae: turn then token.",
-        choices=("gae", "grpo", "bi_level_gae"),
+        choices=ADVANTAGE_ESTIMATORS,
     )
     gamma: float = _f(1.0, "GAE discount.", ge=0.0, le=1.0)
     lam: float = _f(1.0, "GAE lambda.", ge=0.0, le=1.0)
@@ -224,7 +196,7 @@ class AlgorithmConfig(_Section):
         "token_mean: mean over all tokens; seq_mean_token_mean: mean per sequence, then over "
         "sequences; seq_mean_token_sum: sum per sequence, then mean over sequences. Means "
         "are over the whole mini-batch, whatever optim.micro_batch_size.",
-        choices=("token_mean", "seq_mean_token_mean", "seq_mean_token_sum"),
+        choices=LOSS_AGGREGATIONS,
     )
     entropy_coef: float = _f(0.001, "Entropy bonus coefficient.", ge=0.0)
     kl_coef: float = _f(0.0, "KL-to-reference coefficient; 0 = no reference model.", ge=0.0)
@@ -233,7 +205,7 @@ class AlgorithmConfig(_Section):
         "Schulman's KL estimators: k1 = log-ratio, k2, k3 (verl's low_var_kl). auto = k3 "
         "as a loss term, k1 in the reward. k1 as a loss has zero expected gradient: it "
         "regularises nothing.",
-        choices=("auto", "k1", "k2", "k3"),
+        choices=("auto", *KL_ESTIMATORS),
     )
     kl_in_reward: bool = _f(False, "Apply the KL as a reward penalty instead of a loss term.")
     value_clip: float = _f(0.5, "Critic value clip range.", gt=0.0)
@@ -263,15 +235,14 @@ class AlgorithmConfig(_Section):
 
     @property
     def uses_critic(self) -> bool:
-        return self.adv_estimator in ("gae", "bi_level_gae")
+        return bool(ADVANTAGE_ESTIMATORS.info(self.adv_estimator).get("critic"))
 
     @property
     def uses_reference(self) -> bool:
         return self.kl_coef > 0
 
 
-@dataclass
-class OptimConfig(_Section):
+class OptimConfig(ConfigSection):
     _prefix = "optim"
 
     actor_lr: float = _f(1e-6, "Actor learning rate (AdamW; see lr_schedule).", gt=0.0)
@@ -309,8 +280,7 @@ class OptimConfig(_Section):
                 )
 
 
-@dataclass
-class TrainerConfig(_Section):
+class TrainerConfig(ConfigSection):
     _prefix = "trainer"
 
     total_steps: int = _f(200, "Training steps (rollout stage + update stage).", ge=1)
@@ -341,8 +311,8 @@ class TrainerConfig(_Section):
     )
 
 
-@dataclass
-class TrainConfig(_Section):
+@config_root
+class TrainConfig(ConfigSection):
     """Everything `starpo train` needs, one section per concern."""
 
     preset: str | None = _f(None, "Name of the preset this config came from (informational).")
@@ -353,6 +323,9 @@ class TrainConfig(_Section):
     algorithm: AlgorithmConfig = _section(AlgorithmConfig, "advantages and losses")
     optim: OptimConfig = _section(OptimConfig, "optimizer and batching")
     trainer: TrainerConfig = _section(TrainerConfig, "loop, validation, checkpoints, logging")
+    diagnostics: DiagnosticsConfig = _section(
+        DiagnosticsConfig, "the collapse detector: metric keys, smoothing, thresholds"
+    )
 
     @property
     def groups_kept_per_step(self) -> int:
@@ -404,346 +377,57 @@ def _divisor_below(n: int, limit: int) -> int:
     return max(d for d in range(1, min(n, limit) + 1) if n % d == 0)
 
 
-# ------------------------------------------------------------------ types and rules
-
-_UNIONS = (typing.Union, types.UnionType)
-_BOUNDS = {
-    "gt": (operator.gt, ">"),
-    "ge": (operator.ge, ">="),
-    "lt": (operator.lt, "<"),
-    "le": (operator.le, "<="),
-}
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _is_section(tp: Any) -> bool:
-    return isinstance(tp, type) and is_dataclass(tp)
-
-
-class _Mismatch(Exception):
-    """A value that does not fit a type; `_coerce` turns it into a UserError."""
-
-
-def _coerce(value: Any, tp: Any, key: str, example: Any) -> Any:
-    """`value` as type `tp`, or a UserError naming `key`.
-
-    Only lossless conversions: int -> float, numeric text -> float (YAML 1.1 reads `1e-6`
-    as text), list -> tuple. An int field rejects 1.5 and true; a bool field rejects 1.
-    """
-    try:
-        return _convert(value, tp)
-    except _Mismatch:
-        fix = "" if example is None else f"; e.g. {key}={_yaml_text(example)}"
-        raise UserError(
-            f"config key '{key}' expects {_describe(tp)}, got {_show(value)}{fix}"
-        ) from None
-
-
-def _convert(value: Any, tp: Any) -> Any:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in _UNIONS:  # only `X | None` is used
-        return (
-            None if value is None else _convert(value, next(a for a in args if a is not type(None)))
-        )
-    if tp is float and not isinstance(value, bool) and isinstance(value, (int, float, str)):
-        try:  # text too: YAML 1.1 reads `1e-6` (no dot) as a string
-            number = float(value)
-        except (ValueError, OverflowError):
-            raise _Mismatch from None
-        if not math.isnan(number):
-            return number
-    if tp is bool and isinstance(value, bool) or tp is str and isinstance(value, str):
-        return value
-    if tp is int and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if origin is dict and isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
-        return dict(value)
-    if origin is tuple and isinstance(value, (list, tuple)) and len(value) == len(args):
-        return tuple(_convert(v, t) for v, t in zip(value, args, strict=True))
-    if _is_section(tp) and isinstance(value, tp):
-        return value
-    raise _Mismatch
-
-
-def _describe(tp: Any) -> str:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in _UNIONS:
-        return _describe(next(a for a in args if a is not type(None))) + " or null"
-    if origin is dict:
-        return "a mapping such as {size: 6}"
-    if origin is tuple:
-        return f"a list of {len(args)} numbers"
-    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
-    return names.get(tp, "a section")
-
-
-def _check_rules(value: Any, meta: Mapping[str, Any], key: str, example: Any) -> None:
-    """Declared choices and bounds (skipped for null, which means 'off' or 'same as')."""
-    if value is None:
-        return
-    choices = meta.get("choices")
-    if choices and value not in choices:
-        guess = closest_match(str(value), list(choices))
-        hint = f"did you mean {key}={guess}?" if guess else f"e.g. {key}={choices[0]}"
-        raise UserError(f"{key} must be one of {', '.join(choices)}, got {_show(value)}; {hint}")
-    if any(rule in meta and not ok(value, meta[rule]) for rule, (ok, _) in _BOUNDS.items()):
-        need = " and ".join(
-            f"{sign} {meta[rule]}" for rule, (_, sign) in _BOUNDS.items() if rule in meta
-        )
-        why = f" ({meta['why']})" if "why" in meta else ""
-        raise UserError(
-            f"{key} must be {need}, got {_show(value)}{why}; e.g. {key}={_yaml_text(example)}"
-        )
-
-
-def _yaml_text(value: Any) -> str:
-    """One line of YAML, as a user would type it after `key=`."""
-    text = yaml.safe_dump(_plain(value), default_flow_style=True, width=10**6).strip()
-    return text.removesuffix("\n...")
-
-
-def _show(value: Any, limit: int = 60) -> str:
-    try:
-        text = " ".join(_yaml_text(value).split())  # one line, whatever the value
-    except yaml.YAMLError:
-        text = " ".join(repr(value).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _plain(value: Any) -> Any:
-    """Dataclasses to dicts and tuples to lists: what yaml.safe_dump writes."""
-    if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-# ------------------------------------------------------------- dicts and unknown keys
+# ------------------------------------------------- the public API, bound to TrainConfig
 
 
 def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
     """Nested plain dict (sections -> mappings, tuples -> lists) of a config."""
-    return _plain(cfg)
+    return plain(cfg)
 
 
 def config_from_dict(data: Mapping[str, Any]) -> TrainConfig:
     """Build and validate a config from a nested mapping (any subset of keys)."""
-    return _build(TrainConfig, data, "")
-
-
-def _build(cls: type, data: Any, prefix: str) -> Any:
-    if not isinstance(data, Mapping):
-        what = f"config section '{prefix[:-1]}'" if prefix else "a config"
-        first = next(f.name for f in fields(cls) if not _is_section(_hints(cls)[f.name]))
-        raise UserError(
-            f"{what} must be a mapping of keys (such as {prefix}{first}), got {_show(data)}"
-        )
-    names, kwargs = {f.name for f in fields(cls)}, {}
-    for name, value in data.items():
-        if name not in names:
-            raise _unknown_key(cls, prefix, name)
-        tp = _hints(cls)[name]
-        kwargs[name] = (
-            _build(tp, value, f"{prefix}{name}.") if _is_section(tp) else copy.deepcopy(value)
-        )
-    return cls(**kwargs)
-
-
-def _unknown_key(cls: type, prefix: str, name: Any) -> UserError:
-    """'unknown config key' with the most likely meant key: the same name in another
-    section, else the closest name in this section, else the closest dotted key."""
-    name, keys = str(name), [key for key, _, _ in config_help()]
-    guess = next((k for k in keys if k.rsplit(".", 1)[-1] == name), None)
-    if guess is None:
-        local = closest_match(name, [f.name for f in fields(cls)])
-        guess = prefix + local if local else closest_match(prefix + name, keys)
-    hint = f"did you mean '{guess}'?" if guess else "`starpo train --help` lists every key"
-    return UserError(f"unknown config key '{prefix}{name}'; {hint}")
-
-
-def _merge(cls: type, base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """`over` on top of `base`: sections merge key by key; values (env.kwargs too) replace,
-    so a preset that switches env.id does not inherit the old env's arguments."""
-    out = dict(base)
-    hints = _hints(cls)
-    for key, value in over.items():
-        tp = hints.get(key) if isinstance(key, str) else None
-        if _is_section(tp) and isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = _merge(tp, out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-# ------------------------------------------------------------------------ overrides
+    return validated(TrainConfig, data)
 
 
 def apply_override(data: dict[str, Any], override: str) -> None:
     """Apply one `dotted.key=value` (value parsed as YAML) to a nested config dict."""
-    key, sep, text = override.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise UserError(f"override {override!r} must look like KEY=VALUE, e.g. optim.actor_lr=1e-5")
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        value = text  # not YAML: keep the text; a non-string field then says what it expects
-    _set_dotted(data, TrainConfig, key.split("."), value, text.strip(), "")
+    config_files.apply_override(TrainConfig, data, override)
 
 
-def _set_dotted(
-    data: dict, cls: type, parts: list[str], value: Any, text: str, prefix: str
-) -> None:
-    name, rest = parts[0], parts[1:]
-    key = prefix + name
-    if name not in {f.name for f in fields(cls)}:
-        raise _unknown_key(cls, prefix, name)
-    tp, current = _hints(cls)[name], data.get(name)
-    if _is_section(tp):
-        if rest:
-            data[name] = current if isinstance(current, dict) else {}
-            _set_dotted(data[name], tp, rest, value, text, key + ".")
-        elif isinstance(value, Mapping):
-            data[name] = _merge(tp, current if isinstance(current, dict) else {}, value)
-        else:
-            raise UserError(
-                f"config key '{key}' is a section; set one of its keys, "
-                f"e.g. {key}.{fields(tp)[0].name}=..."
-            )
-    elif rest:
-        sub = f"{{{'.'.join(rest)}: {text}}}" if typing.get_origin(tp) is dict else "VALUE"
-        raise UserError(f"config key '{key}' has no sub-keys; write {key}={sub}")
-    elif tp in (str, str | None) and isinstance(value, (bool, int, float)):
-        data[name] = text  # `trainer.wandb_project=2024` means the text, not the number
-    else:
-        data[name] = value
+def presets() -> list[str]:
+    """Names of the presets shipped with starpo (`starpo train --config NAME`)."""
+    return config_files.presets(PRESETS_DIR)
 
 
-# ---------------------------------------------------------------------- YAML files
+def resolve_config(name: str | Path) -> Path:
+    """The YAML file `--config` names: an existing path, else a shipped preset by name
+    (`cpu-tiny-smoke` or `cpu-tiny-smoke.yaml`). A missing path is left for `load_config`
+    to report; an unknown bare name is a UserError listing the presets."""
+    return config_files.resolve_config(PRESETS_DIR, name)
 
 
 def load_config(
     path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()
 ) -> TrainConfig:
-    """Defaults, then the YAML file at `path` (with its `base:` chain), then `overrides`.
-
-    `preset` becomes the file's stem unless the file sets it (as saved configs do).
-    """
-    data: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        raw = _read_yaml(path)
-        data = _with_base(raw, path, ())
-        if "preset" not in raw:
-            data["preset"] = path.stem
-    for override in overrides:
-        apply_override(data, override)
-    return config_from_dict(data)
+    """Defaults, then the YAML file at `path` or the preset it names (with its `base:`
+    chain; a base may also name a shipped preset), then `overrides`. `preset` becomes the
+    file's stem unless the file sets it (as saved configs do)."""
+    return config_files.load_config(TrainConfig, PRESETS_DIR, path, overrides)
 
 
 def save_config(cfg: TrainConfig, path: str | Path) -> None:
     """Write `cfg` as YAML; `load_config(path)` gives back an equal config."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    body = yaml.safe_dump(config_to_dict(cfg), sort_keys=False, allow_unicode=True)
-    path.write_text(
-        "# starpo training config (every key; see `starpo train --help`)\n" + body, encoding="utf-8"
-    )
-
-
-def _with_base(raw: dict[str, Any], path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
-    raw = dict(raw)
-    base = raw.pop("base", None)
-    if base is None:
-        return raw
-    if not isinstance(base, str) or not base:
-        raise UserError(
-            f"config file '{path}': base must name a YAML file, "
-            f"e.g. base: paper-base.yaml; got {_show(base)}"
-        )
-    chain = (*chain, path.resolve())
-    base_path = path.parent / base
-    if base_path.resolve() in chain:
-        raise UserError(
-            f"config file '{path}' inherits from itself through base: {base}; remove the loop"
-        )
-    parent = _with_base(_read_yaml(base_path, named_by=path), base_path, chain)
-    return _merge(TrainConfig, parent, raw)
-
-
-def _read_yaml(path: Path, named_by: Path | None = None) -> dict[str, Any]:
-    where = f"config file '{path}'" + (f" (base: of '{named_by}')" if named_by else "")
-    if not path.exists():
-        siblings = [p.name for p in path.parent.glob("*.y*ml")] if path.parent.is_dir() else []
-        guess = next(iter(difflib.get_close_matches(path.name, siblings, n=1, cutoff=0.8)), None)
-        hint = f"; did you mean '{path.parent / guess}'?" if guess else ""
-        raise UserError(f"{where} not found{hint}")
-    if path.is_dir() or path.suffix.lower() not in (".yaml", ".yml"):
-        raise UserError(
-            f"{where} is not a YAML file; pass a .yaml preset, e.g. configs/bandit-starpo-s.yaml"
-        )
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise UserError(f"{where} is not a text file; pass a .yaml preset") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" at line {mark.line + 1}" if mark else ""
-        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
-        raise UserError(f"{where} is not valid YAML{line}: {problem}; fix that line") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UserError(
-            f"{where} must hold a mapping of sections (e.g. 'optim: "
-            f"{{actor_lr: 1.0e-6}}'), got {_show(data)}"
-        )
-    return data
-
-
-# ----------------------------------------------------------------------------- help
+    config_files.save_config(cfg, path)
 
 
 def config_help() -> list[tuple[str, str, str]]:
-    """(dotted key, default as YAML text, help) for every setting, in declaration order."""
-    rows: list[tuple[str, str, str]] = []
-
-    def walk(cls: type, prefix: str) -> None:
-        for f in fields(cls):
-            tp = _hints(cls)[f.name]
-            if _is_section(tp):
-                walk(tp, f"{prefix}{f.name}.")
-                continue
-            default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
-            choices = f.metadata.get("choices")
-            listed = choices and all(c in f.metadata["help"] for c in choices)
-            extra = f" One of: {', '.join(choices)}." if choices and not listed else ""
-            rows.append((prefix + f.name, _yaml_text(default), f.metadata["help"] + extra))
-
-    walk(TrainConfig, "")
-    return rows
+    """(dotted key, default as YAML text, help) for every setting, in declaration order;
+    the help ends with the choices and bounds it does not already state."""
+    return config_files.config_help(TrainConfig)
 
 
 def format_config_help(width: int = 88) -> str:
     """Every key with its default and help, grouped by section (for an argparse epilog;
     use RawDescriptionHelpFormatter so argparse keeps the layout)."""
-    section_help = {f.name: f.metadata["help"] for f in fields(TrainConfig)}
-    lines = ["config keys (set them in the YAML file or as KEY=VALUE, e.g. optim.actor_lr=1e-5):"]
-    current = None
-    for key, default, help_text in config_help():
-        section = key.split(".")[0] if "." in key else ""
-        if section != current and section:
-            lines.append(f"\n{section}: {section_help[section]}")
-        current = section
-        lines.append(f"  {key} = {default}")
-        lines.append(
-            textwrap.fill(help_text, width, initial_indent=" " * 6, subsequent_indent=" " * 6)
-        )
-    return "\n".join(lines)
+    return config_files.format_config_help(TrainConfig, width)

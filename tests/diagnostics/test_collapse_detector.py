@@ -11,13 +11,13 @@ from starpo.diagnostics import (
     RULES,
     AlertLog,
     CollapseDetector,
-    DetectorConfig,
+    DiagnosticsConfig,
     state_metrics,
 )
-from starpo.diagnostics.detector import DetectorVerdict, find_reward_key
+from starpo.diagnostics.detector import DetectorVerdict, find_key
 from starpo.diagnostics.rules import Alert, Signals, rule_think, step_noise, window_mean_std
 
-COLLAPSE_STEP = 20  # the reward peak starts to drop here (GRPO on Bandit, REFERENCE.md)
+COLLAPSE_STEP = 20  # the reward peak starts to drop here (GRPO on Bandit, RAGEN paper)
 
 
 def ramp(t: int, t0: int, t1: int, v0: float, v1: float) -> float:
@@ -43,7 +43,7 @@ def grpo_collapse_stream(seed: int, steps: int = 40) -> list[dict[str, float]]:
                 "actor/entropy": entropy * (1 + rng.normal(0, 0.03)),
                 "actor/grad_norm": (10.0 if t in (21, 24, 27) else 1.0)
                 * float(np.exp(rng.normal(0, 0.1))),
-                "diagnostics/think_length": max(ramp(t, 10, 25, 80, 0) + rng.normal(0, 3), 0),
+                "train/Bandit/mean_think_tokens": max(ramp(t, 10, 25, 80, 0) + rng.normal(0, 3), 0),
                 "diagnostics/distinct_2": ramp(t, 12, 25, 0.7, 0.15) + rng.normal(0, 0.02),
                 "diagnostics/identical_in_group": ramp(t, 15, 28, 0.02, 0.95),
             }
@@ -65,7 +65,7 @@ def ppo_healthy_stream(seed: int, steps: int = 200) -> list[dict[str, float]]:
                 "rollout/zero_std_groups": float(np.clip(0.2 + rng.normal(0, 0.05), 0, 1)),
                 "actor/entropy": (1 - 0.4 * f) * (1 + rng.normal(0, 0.03)),
                 "actor/grad_norm": float(np.exp(rng.normal(0, 0.15))) * bump,
-                "diagnostics/think_length": 60 - 15 * f + rng.normal(0, 5),
+                "train/Sokoban/mean_think_tokens": 60 - 15 * f + rng.normal(0, 5),
                 "diagnostics/distinct_2": 0.6 + rng.normal(0, 0.03),
                 "diagnostics/identical_in_group": float(np.clip(0.02 + rng.normal(0, 0.01), 0, 1)),
             }
@@ -82,7 +82,7 @@ def noise_stream(seed: int, steps: int = 300) -> list[dict[str, float]]:
             "rollout/in_group_std": abs(0.3 + rng.normal(0, 0.05)),
             "actor/entropy": 0.8 + rng.normal(0, 0.05),
             "actor/grad_norm": float(np.exp(rng.normal(0, 0.25))),
-            "diagnostics/think_length": 40 + rng.normal(0, 8),
+            "train/FrozenLake/mean_think_tokens": 40 + rng.normal(0, 8),
             "diagnostics/distinct_2": 0.5 + rng.normal(0, 0.05),
         }
         for _ in range(steps)
@@ -90,7 +90,7 @@ def noise_stream(seed: int, steps: int = 300) -> list[dict[str, float]]:
 
 
 def run(stream: list[dict[str, float]], detector: CollapseDetector | None = None, start: int = 0):
-    detector = detector or CollapseDetector(DetectorConfig())
+    detector = detector or CollapseDetector(DiagnosticsConfig())
     return detector, [detector.update(start + t, m) for t, m in enumerate(stream)]
 
 
@@ -121,7 +121,7 @@ def test_noise_only_streams_stay_quiet(seed):
 
 def test_warm_up_suppresses_alerts():
     # A collapse-level signal from the second update on: nothing during min_steps updates.
-    cfg = DetectorConfig(min_steps=5, ema_alpha=1.0)
+    cfg = DiagnosticsConfig(min_steps=5, ema_alpha=1.0)
     stream = [{"diagnostics/identical_in_group": 0.0}] + [
         {"diagnostics/identical_in_group": 1.0}
     ] * 7
@@ -154,13 +154,13 @@ def test_a_solved_task_may_turn_deterministic():
 
 
 def test_state_fades_after_window():
-    cfg = DetectorConfig(min_steps=1, window=3)
+    cfg = DiagnosticsConfig(min_steps=1, window=3)
     stream = [{"diagnostics/identical_in_group": 0.0}] * 2
     stream += [{"diagnostics/identical_in_group": 1.0}]  # EMA 0.3: quiet
     stream += [{"diagnostics/identical_in_group": 0.0}] * 4
     _, verdicts = run(stream, CollapseDetector(cfg))
     assert {v.state for v in verdicts} == {"healthy"}
-    cfg = DetectorConfig(min_steps=1, window=3, ema_alpha=1.0)
+    cfg = DiagnosticsConfig(min_steps=1, window=3, ema_alpha=1.0)
     _, verdicts = run(stream, CollapseDetector(cfg))
     assert [v.state for v in verdicts] == ["healthy"] * 2 + ["collapse"] * 3 + ["healthy"] * 2
 
@@ -170,7 +170,7 @@ def test_state_dict_round_trip_resumes_identically():
     _, straight = run(stream)
     first, _ = run(stream[:17])
     state = json.loads(json.dumps(first.state_dict()))  # must survive JSON checkpoints
-    resumed = CollapseDetector(DetectorConfig())
+    resumed = CollapseDetector(DiagnosticsConfig())
     resumed.load_state_dict(state)
     _, rest = run(stream[17:], resumed, start=17)
     assert rest == straight[17:]
@@ -179,13 +179,28 @@ def test_state_dict_round_trip_resumes_identically():
 
 
 def test_reward_key_detection_and_override():
-    assert find_reward_key({"train/Bandit/train_reward": 1, "train/Bandit/reward": 0}) == (
+    pattern = DiagnosticsConfig().reward_key
+    assert find_key({"train/Bandit/train_reward": 1, "train/Bandit/reward": 0}, pattern) == (
         "train/Bandit/reward"
     )
-    assert find_reward_key({"val/Bandit/reward": 1}) is None
-    detector = CollapseDetector(DetectorConfig(reward_key="my/reward"))
+    assert find_key({"val/Bandit/reward": 1}, pattern) is None
+    detector = CollapseDetector(DiagnosticsConfig(reward_key="my/reward"))
     detector.update(0, {"my/reward": 0.5, "train/X/reward": 9.0})
     assert detector.signals.ema["reward"] == 0.5
+
+
+def test_signal_keys_are_kept_and_old_states_load():
+    detector = CollapseDetector()
+    detector.update(0, {"train/b/reward": 0.5, "train/b/mean_think_tokens": 9.0})
+    detector.update(1, {"train/a/reward": 0.1, "train/b/reward": 0.5})  # b stays the env
+    assert detector.signals.ema["reward"] == 0.5
+    assert detector.signals.keys["think"] == "train/b/mean_think_tokens"
+    state = detector.state_dict()
+    del state["signals"]["keys"]
+    state["signals"]["reward_key"] = "train/b/reward"  # a checkpoint from before `keys`
+    resumed = CollapseDetector()
+    resumed.load_state_dict(state)
+    assert resumed.signals.keys == {"reward": "train/b/reward"}
 
 
 def test_missing_and_nan_metrics_are_skipped():
@@ -204,7 +219,7 @@ def test_state_metrics():
 
 
 def test_rules_are_pure_functions_of_signals():
-    cfg = DetectorConfig()
+    cfg = DiagnosticsConfig()
     s = Signals(ema={"think": 5.0}, peak={"think": 80.0})
     alert = rule_think(s, cfg, step=9)
     assert alert is not None and alert.threshold == pytest.approx(24.0)
@@ -220,9 +235,9 @@ def test_statistics_helpers():
 
 def test_config_validation():
     with pytest.raises(ValueError, match="ema_alpha"):
-        DetectorConfig(ema_alpha=0.0)
+        DiagnosticsConfig(ema_alpha=0.0)
     with pytest.raises(ValueError, match="identical_warn"):
-        DetectorConfig(identical_warn=0.95, identical_collapse=0.9)
+        DiagnosticsConfig(identical_warn=0.95, identical_collapse=0.9)
 
 
 def test_alert_log_appends_and_truncates(tmp_path):

@@ -1,4 +1,7 @@
-"""Echo-Trap metrics on hand-built trajectories, against values computed by hand."""
+"""Echo-Trap metrics on hand-built trajectories, against values computed by hand.
+
+The quantities logged elsewhere (in-group reward std by the StarPO-S filter; lengths,
+format and action rates by the episode summary) are checked here through their owners."""
 
 from __future__ import annotations
 
@@ -8,13 +11,15 @@ import sys
 
 import pytest
 
+from starpo.algorithms import filter_groups
 from starpo.diagnostics.metrics import (
     ResponseMemory,
     distinct_n,
     duplicate_count,
     echo_trap_metrics,
-    sample_std,
 )
+from starpo.evaluation import summarise
+from starpo.stats import sample_std
 from starpo.types import Trajectory, Turn
 
 
@@ -62,10 +67,12 @@ def test_helpers():
 
 def test_echo_trap_metrics_by_hand(batch):
     m = echo_trap_metrics(batch)
-    assert m["diagnostics/reward_std"] == pytest.approx(math.sqrt(0.5) / 2)
-    assert m["diagnostics/zero_std_groups"] == pytest.approx(0.5)
-    assert m["diagnostics/response_length"] == pytest.approx(14 / 5)
-    assert m["diagnostics/think_length"] == pytest.approx(4 / 5)
+    spread = filter_groups([[1.0, 0.0], [2.0, 2.0]], 1.0)  # the batch's group rewards
+    assert spread.std_all == pytest.approx(math.sqrt(0.5) / 2)  # rollout/in_group_std
+    assert spread.zero_std_groups == pytest.approx(0.5)  # rollout/zero_std_groups
+    summary = summarise(batch)  # logged as train/<env>/...
+    assert summary["mean_response_tokens"] == pytest.approx(14 / 5)
+    assert summary["mean_think_tokens"] == pytest.approx(4 / 5)
     assert m["diagnostics/empty_think"] == pytest.approx(2 / 5)
     assert m["diagnostics/empty_think_ok"] == pytest.approx(1 / 4)  # malformed turn excluded
     # Group 0 words: a b c | a b | a b -> 3 unique / 7; group 1: x y | x y -> 2 / 4.
@@ -75,9 +82,10 @@ def test_echo_trap_metrics_by_hand(batch):
     # "a b" twice in group 0, "x y" twice in group 1 -> 4 of 5 responses.
     assert m["diagnostics/identical_in_group"] == pytest.approx(4 / 5)
     assert m["diagnostics/seen_before"] == 0.0
-    assert m["diagnostics/format_ok"] == pytest.approx(4 / 5)
-    assert m["diagnostics/action_validity"] == pytest.approx(4 / 5)
-    assert m["diagnostics/action_effectiveness"] == pytest.approx(2 / 4)
+    assert summary["format_ok"] == pytest.approx(4 / 5)
+    assert summary["valid_action_rate"] == pytest.approx(4 / 5)
+    assert summary["effective_action_rate"] == pytest.approx(2 / 4)
+    assert set(m).isdisjoint(f"diagnostics/{k}" for k in summary)  # one key per quantity
 
 
 def test_identical_is_within_group_only():
@@ -95,10 +103,12 @@ def test_seen_before_with_memory(batch):
 
 def test_empty_and_degenerate_inputs_are_finite():
     assert echo_trap_metrics([]) == {}
-    m = echo_trap_metrics([traj(0), traj(0, turn("", think="", format_ok=False))])
+    degenerate = [traj(0), traj(0, turn("", think="", format_ok=False))]
+    m = echo_trap_metrics(degenerate)
+    summary = summarise(degenerate)
     assert all(math.isfinite(v) for v in m.values())
-    assert m["diagnostics/action_validity"] == 0.0
-    assert m["diagnostics/action_effectiveness"] == 0.0
+    assert summary["valid_action_rate"] == 0.0
+    assert summary["effective_action_rate"] == 0.0
     assert m["diagnostics/distinct_2"] == 0.0
     assert m["diagnostics/empty_think_ok"] == 0.0
 

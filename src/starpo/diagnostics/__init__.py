@@ -1,11 +1,11 @@
 """Echo-Trap diagnostics: per-step collapse metrics and an online collapse detector.
 
-Imports only `starpo.types`, the standard library and numpy (never torch).
+Imports only `starpo.types`, `starpo.config` (for its `diagnostics` section), the
+standard library and numpy (never torch).
 """
 
 from __future__ import annotations
 
-from starpo.diagnostics.config import DetectorConfig
 from starpo.diagnostics.detector import (
     AlertLog,
     CollapseDetector,
@@ -14,13 +14,14 @@ from starpo.diagnostics.detector import (
 )
 from starpo.diagnostics.metrics import ResponseMemory, echo_trap_metrics
 from starpo.diagnostics.rules import RULES, Alert
+from starpo.diagnostics.settings import DiagnosticsConfig
 
 __all__ = [
     "RULES",
     "Alert",
     "AlertLog",
     "CollapseDetector",
-    "DetectorConfig",
+    "DiagnosticsConfig",
     "DetectorVerdict",
     "ResponseMemory",
     "echo_trap_metrics",

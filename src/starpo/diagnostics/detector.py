@@ -1,6 +1,6 @@
 """Online Echo-Trap detector: feed one step's metrics, get healthy / warning / collapse.
 
-    detector = CollapseDetector(DetectorConfig())
+    detector = CollapseDetector(DiagnosticsConfig())
     log = AlertLog(run_dir)                       # run_dir/alerts.jsonl
     verdict = detector.update(step, metrics)      # metrics: the trainer's flat dict
     metrics.update(state_metrics(verdict))
@@ -8,7 +8,7 @@
 
 Each step the detector updates EMAs, running peaks, short trends and the grad-norm
 z-score (see `Signals`), then asks every rule in `rules.RULES` (documented there, defaults
-in `DetectorConfig`). No rule fires during the first `min_steps` updates. The state is
+in `DiagnosticsConfig`). No rule fires during the first `min_steps` updates. The state is
 the worst severity among alerts raised in the last `window` steps, so a collapse stays
 reported while its cause persists and fades `window` steps after it stops.
 """
@@ -16,7 +16,6 @@ reported while its cause persists and fades `window` steps after it stops.
 from __future__ import annotations
 
 import copy
-import json
 import math
 import os
 import re
@@ -24,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from starpo.diagnostics.config import DetectorConfig
+from starpo import runs
 from starpo.diagnostics.rules import (
     RULES,
     SEVERITY_LEVEL,
@@ -33,18 +32,18 @@ from starpo.diagnostics.rules import (
     trend_delta,
     window_mean_std,
 )
+from starpo.diagnostics.settings import DiagnosticsConfig
 
 __all__ = [
     "Alert",
     "AlertLog",
     "CollapseDetector",
-    "DetectorConfig",
+    "DiagnosticsConfig",
     "DetectorVerdict",
     "state_metrics",
 ]
 
 STATES = ("healthy", "warning", "collapse")
-REWARD_KEY = re.compile(r"^train/.+/reward$")
 
 
 @dataclass
@@ -56,18 +55,14 @@ class DetectorVerdict:
     alerts: list[Alert] = field(default_factory=list)
 
 
-def find_reward_key(metrics: dict[str, float]) -> str | None:
-    """First key (sorted, for determinism) of the form `train/<env>/reward`."""
-    return next((k for k in sorted(metrics) if REWARD_KEY.match(k)), None)
-
-
-def _lookup(metrics: dict[str, float], keys: tuple[str, ...]) -> float | None:
-    """The first finite value among `keys`; None when none is present (or all nan/inf)."""
-    for key in keys:
-        value = metrics.get(key)
-        if value is not None and math.isfinite(float(value)):
-            return float(value)
-    return None
+def find_key(metrics: dict[str, float], pattern: str) -> str | None:
+    """The key of `metrics` that `pattern` names, where `*` stands for one key part (e.g.
+    `train/*/reward` finds `train/bandit/reward`); the first in sorted order, for
+    determinism. None when no key matches."""
+    if "*" not in pattern:
+        return pattern if pattern in metrics else None
+    regex = re.compile("[^/]+".join(re.escape(part) for part in pattern.split("*")))
+    return next((k for k in sorted(metrics) if regex.fullmatch(k)), None)
 
 
 def _append_bounded(values: list, item: Any, size: int) -> None:
@@ -75,7 +70,7 @@ def _append_bounded(values: list, item: Any, size: int) -> None:
     del values[:-size]
 
 
-def observe_ema(s: Signals, name: str, x: float, cfg: DetectorConfig) -> None:
+def observe_ema(s: Signals, name: str, x: float, cfg: DiagnosticsConfig) -> None:
     """Fold `x` into the EMA of `name` and its peak / low / base / trend."""
     prev = s.ema.get(name)
     ema = x if prev is None else cfg.ema_alpha * x + (1.0 - cfg.ema_alpha) * prev
@@ -88,7 +83,7 @@ def observe_ema(s: Signals, name: str, x: float, cfg: DetectorConfig) -> None:
     _append_bounded(s.trend.setdefault(name, []), ema, cfg.trend_steps + 1)
 
 
-def observe_grad(s: Signals, step: int, x: float, cfg: DetectorConfig) -> None:
+def observe_grad(s: Signals, step: int, x: float, cfg: DiagnosticsConfig) -> None:
     """Z-score `x` against the running window, record a spike, then add `x` (clipped).
 
     The value added is clipped at mean + grad_z * std so one spike does not inflate the
@@ -114,34 +109,21 @@ NARROWING_RULES = frozenset({"reward_std", "entropy", "think", "diversity"})
 class CollapseDetector:
     """Online collapse detector; `update` once per training step, in step order."""
 
-    def __init__(self, config: DetectorConfig | None = None) -> None:
-        self.config = config or DetectorConfig()
-        self.signals = Signals(reward_key=self.config.reward_key)
+    def __init__(self, config: DiagnosticsConfig | None = None) -> None:
+        self.config = DiagnosticsConfig() if config is None else config
+        self.signals = Signals()
 
     def _read(self, metrics: dict[str, float]) -> dict[str, float]:
-        """The signals present in this step's metrics, by signal name."""
-        cfg, s = self.config, self.signals
-        if s.reward_key is None:
-            s.reward_key = find_reward_key(metrics)
-        success_keys = (
-            cfg.success_keys
-            or tuple(
-                k for k in sorted(metrics) if k.startswith("train/") and k.endswith("/success")
-            )[:1]
-        )
-        keys = {
-            "success": success_keys,
-            "reward": (s.reward_key,) if s.reward_key else (),
-            "std": cfg.std_keys,
-            "zero_std": cfg.zero_std_keys,
-            "entropy": cfg.entropy_keys,
-            "grad": cfg.grad_keys,
-            "think": cfg.think_keys,
-            "distinct": cfg.distinct_keys,
-            "identical": cfg.identical_keys,
-        }
-        found = {name: _lookup(metrics, k) for name, k in keys.items()}
-        return {name: v for name, v in found.items() if v is not None}
+        """The finite signals present in this step's metrics, by signal name. A key with a
+        `*` is resolved the first time it matches and then kept (`Signals.keys`)."""
+        keys, found = self.signals.keys, {}
+        for name, pattern in self.config.signal_keys().items():
+            if name not in keys and (key := find_key(metrics, pattern)) is not None:
+                keys[name] = key
+            value = metrics.get(keys[name]) if name in keys else None
+            if value is not None and math.isfinite(float(value)):
+                found[name] = float(value)
+        return found
 
     def update(self, step: int, metrics: dict[str, float]) -> DetectorVerdict:
         """Fold in one step's metrics and return the verdict for this step."""
@@ -196,7 +178,11 @@ class CollapseDetector:
         """Restore what `state_dict` returned (the config stays this detector's own)."""
         if state.get("version") != 1:
             raise ValueError(f"unknown detector state version {state.get('version')!r}")
-        self.signals = Signals(**copy.deepcopy(state["signals"]))
+        signals = copy.deepcopy(state["signals"])
+        reward_key = signals.pop("reward_key", None)  # checkpoints from before `keys`
+        if reward_key is not None:
+            signals.setdefault("keys", {}).setdefault("reward", reward_key)
+        self.signals = Signals(**signals)
 
 
 def state_metrics(verdict: DetectorVerdict) -> dict[str, float]:
@@ -213,28 +199,25 @@ class AlertLog:
 
     `path` is the file itself when it ends in `.jsonl`, else a folder holding
     `alerts.jsonl`. Fields: step, state, rule, severity, message, value, threshold.
+    Reading and rewriting follow `starpo.runs` (a half-written last line is skipped).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         path = Path(path)
-        self.path = path if path.suffix == ".jsonl" else path / "alerts.jsonl"
+        self.path = path if path.suffix == ".jsonl" else path / runs.ALERTS_FILE
 
     def write(self, verdict: DetectorVerdict) -> None:
         """Append the verdict's alerts (nothing for a step without alerts)."""
         if not verdict.alerts:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as f:
-            for alert in verdict.alerts:
-                record = {"step": alert.step, "state": verdict.state, **alert.to_dict()}
-                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        runs.append_jsonl(
+            self.path,
+            ({"step": a.step, "state": verdict.state, **a.to_dict()} for a in verdict.alerts),
+        )
 
     def read(self) -> list[dict[str, Any]]:
         """All logged alerts, oldest first ([] when the file does not exist)."""
-        if not self.path.exists():
-            return []
-        lines = self.path.read_text(encoding="utf-8").splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
+        return runs.load_jsonl(self.path).records
 
     def truncate_after(self, step: int) -> None:
         """Drop alerts of steps > `step` (resuming from a checkpoint taken at `step`).
@@ -243,7 +226,6 @@ class AlertLog:
         """
         if not self.path.exists():
             return
-        kept = [r for r in self.read() if r["step"] <= step]
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept), "utf-8")
-        os.replace(tmp, self.path)
+        read = runs.load_jsonl(self.path)
+        runs.warn_skipped(read)  # the crash being resumed from may have torn the last line
+        runs.rewrite_jsonl(self.path, (r for r in read.records if r["step"] <= step))

@@ -1,34 +1,28 @@
 """Per-step metrics that diagnose the Echo Trap (RAGEN's name for StarPO's collapse).
 
 Collapse shows first as falling in-group reward spread and entropy, then shrinking
-reasoning and repetitive outputs (REFERENCE.md). `echo_trap_metrics` turns one step's
+reasoning and repetitive outputs (RAGEN, arXiv 2504.20073). `echo_trap_metrics` turns one step's
 trajectories into flat `diagnostics/...` floats for the sinks and for `CollapseDetector`.
+It computes only what nothing else logs: the in-group reward std is `rollout/in_group_std`
+(the StarPO-S filter's), lengths, format and action rates are the episode summary's
+(`train/<env>/mean_think_tokens`, ... from `starpo.evaluation.summarise`).
 
 Conventions (all nan-safe: no nan or inf is ever returned):
 - No trajectories -> `{}` (nothing to log this step).
-- A ratio whose denominator is zero is 0.0 (e.g. effectiveness with no valid action).
+- A ratio whose denominator is zero is 0.0 (e.g. empty_think_ok with no well-formed turn).
 - "Response" means one turn's `Turn.response` text; "tokens" for distinct-n are its
-  whitespace-separated words, while lengths use the tokenizer counts on `Turn`.
+  whitespace-separated words.
 """
 
 from __future__ import annotations
 
-import math
 from collections import Counter, OrderedDict
 from collections.abc import Container, Iterable, Iterator
 
+from starpo.stats import mean, ratio
 from starpo.types import Trajectory, Turn
 
 PREFIX = "diagnostics"
-
-
-def _ratio(num: float, den: float) -> float:
-    """num / den, or 0.0 when den is 0 (documented convention of this module)."""
-    return float(num) / float(den) if den else 0.0
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
 
 
 def group_by_id(trajectories: list[Trajectory]) -> list[list[Trajectory]]:
@@ -37,15 +31,6 @@ def group_by_id(trajectories: list[Trajectory]) -> list[list[Trajectory]]:
     for traj in trajectories:
         groups.setdefault(traj.group, []).append(traj)
     return [groups[g] for g in sorted(groups)]
-
-
-def sample_std(values: list[float]) -> float:
-    """Unbiased std (Bessel's correction, as the trainer's filtering uses); 0.0 for n < 2."""
-    n = len(values)
-    if n < 2:
-        return 0.0
-    mean = sum(values) / n
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
 
 
 def ngrams(words: list[str], n: int) -> list[tuple[str, ...]]:
@@ -72,21 +57,8 @@ def _turns(trajectories: Iterable[Trajectory]) -> list[Turn]:
     return [turn for traj in trajectories for turn in traj.turns]
 
 
-def reward_spread_metrics(groups: list[list[Trajectory]]) -> dict[str, float]:
-    """In-group std of `Trajectory.reward`, its mean over groups, and zero-std groups.
-
-    A group is "zero-std" when its std is below 1e-8 (a single rollout counts as zero-std:
-    it gives GRPO no learning signal either).
-    """
-    stds = [sample_std([t.reward for t in group]) for group in groups]
-    return {
-        f"{PREFIX}/reward_std": _mean(stds),
-        f"{PREFIX}/zero_std_groups": _ratio(sum(s < 1e-8 for s in stds), len(stds)),
-    }
-
-
-def length_metrics(turns: list[Turn]) -> dict[str, float]:
-    """Mean response and think length (tokens) per turn, and the empty-think shares.
+def empty_think_metrics(turns: list[Turn]) -> dict[str, float]:
+    """The shares of turns without reasoning.
 
     `empty_think` counts every turn whose `think == ""`, malformed turns included (their
     think is "" by construction: the policy produced no usable reasoning either way);
@@ -95,10 +67,8 @@ def length_metrics(turns: list[Turn]) -> dict[str, float]:
     """
     ok = [t for t in turns if t.format_ok]
     return {
-        f"{PREFIX}/response_length": _mean([float(t.response_tokens) for t in turns]),
-        f"{PREFIX}/think_length": _mean([float(t.think_tokens) for t in turns]),
-        f"{PREFIX}/empty_think": _ratio(sum(t.think == "" for t in turns), len(turns)),
-        f"{PREFIX}/empty_think_ok": _ratio(sum(t.think == "" for t in ok), len(ok)),
+        f"{PREFIX}/empty_think": ratio(sum(t.think == "" for t in turns), len(turns)),
+        f"{PREFIX}/empty_think_ok": ratio(sum(t.think == "" for t in ok), len(ok)),
     }
 
 
@@ -118,53 +88,32 @@ def diversity_metrics(
     texts_by_group = [[turn.response for turn in _turns(group)] for group in groups]
     for n in (1, 2):
         values = [distinct_n(texts, n) for texts in texts_by_group]
-        out[f"{PREFIX}/distinct_{n}"] = _mean([v for v in values if v is not None])
+        out[f"{PREFIX}/distinct_{n}"] = mean([v for v in values if v is not None])
     total = sum(len(texts) for texts in texts_by_group)
     duplicates = sum(duplicate_count(texts) for texts in texts_by_group)
-    out[f"{PREFIX}/identical_in_group"] = _ratio(duplicates, total)
+    out[f"{PREFIX}/identical_in_group"] = ratio(duplicates, total)
     seen = 0
     if previous is not None:
         seen = sum(text in previous for texts in texts_by_group for text in texts)
-    out[f"{PREFIX}/seen_before"] = _ratio(seen, total)
+    out[f"{PREFIX}/seen_before"] = ratio(seen, total)
     return out
-
-
-def action_metrics(turns: list[Turn]) -> dict[str, float]:
-    """Format-valid rate per turn, action validity and effectiveness.
-
-    validity = valid / (valid + invalid); effectiveness = effective / valid (an effective
-    action changed the env state); each 0.0 when its denominator is 0.
-    """
-    valid = sum(t.num_valid for t in turns)
-    invalid = sum(t.num_invalid for t in turns)
-    effective = sum(t.num_effective for t in turns)
-    return {
-        f"{PREFIX}/format_ok": _ratio(sum(t.format_ok for t in turns), len(turns)),
-        f"{PREFIX}/action_validity": _ratio(valid, valid + invalid),
-        f"{PREFIX}/action_effectiveness": _ratio(effective, valid),
-    }
 
 
 def echo_trap_metrics(
     trajectories: list[Trajectory], previous_responses: Container[str] | None = None
 ) -> dict[str, float]:
-    """All Echo-Trap metrics of one training step, keys namespaced `diagnostics/...`.
+    """The Echo-Trap metrics of one training step, keys namespaced `diagnostics/...`.
 
     `previous_responses` holds responses of earlier steps (a `set[str]` or a bounded
     `ResponseMemory`); add this step's responses to it only after calling this function.
     Returns `{}` for no trajectories; otherwise every key below, always finite:
-    reward_std, zero_std_groups, response_length, think_length, empty_think,
-    empty_think_ok, distinct_1, distinct_2, identical_in_group, seen_before, format_ok,
-    action_validity, action_effectiveness.
+    empty_think, empty_think_ok, distinct_1, distinct_2, identical_in_group, seen_before.
     """
     if not trajectories:
         return {}
     groups = group_by_id(trajectories)
-    turns = _turns(trajectories)
-    out = reward_spread_metrics(groups)
-    out.update(length_metrics(turns))
+    out = empty_think_metrics(_turns(trajectories))
     out.update(diversity_metrics(groups, previous_responses))
-    out.update(action_metrics(turns))
     return out
 
 

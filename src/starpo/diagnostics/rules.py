@@ -3,7 +3,7 @@
 Every rule reads a `Signals` snapshot (EMAs, running peaks, short trends, grad-norm
 z-score) and the config, and returns an `Alert` or None. The detector owns the
 bookkeeping; rules never mutate anything, so each can be tested on a hand-built snapshot.
-Order of the Echo Trap (REFERENCE.md): in-group reward std and entropy fall first, then
+Order of the Echo Trap (RAGEN, arXiv 2504.20073): in-group reward std and entropy fall first, then
 reward plateaus or drops with grad-norm spikes, reasoning shrinks, outputs repeat.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from starpo.diagnostics.config import DetectorConfig
+from starpo.diagnostics.settings import DiagnosticsConfig
 
 WARNING, COLLAPSE = "warning", "collapse"
 SEVERITY_LEVEL = {"healthy": 0, WARNING: 1, COLLAPSE: 2}
@@ -41,12 +41,12 @@ class Alert:
 class Signals:
     """Running history of the detector (JSON-serialisable, so checkpoints restore it).
 
-    Signal names: reward, std, zero_std, entropy, think, distinct, identical (EMAs), and
-    grad (handled by the z-score fields instead of an EMA).
+    Signal names: success, reward, std, zero_std, entropy, think, distinct, identical
+    (EMAs), and grad (handled by the z-score fields instead of an EMA).
     """
 
     updates: int = 0
-    reward_key: str | None = None
+    keys: dict[str, str] = field(default_factory=dict)  # signal -> metric key, once found
     ema: dict[str, float] = field(default_factory=dict)
     peak: dict[str, float] = field(default_factory=dict)  # running max of each EMA
     low: dict[str, float] = field(default_factory=dict)  # running min of each EMA
@@ -102,7 +102,7 @@ def below_peak(
     return (value, peak, threshold) if value < threshold else None
 
 
-def reward_clearly_below_peak(s: Signals, cfg: DetectorConfig) -> bool:
+def reward_clearly_below_peak(s: Signals, cfg: DiagnosticsConfig) -> bool:
     """The reward EMA sits below its running peak by more than reward_noise_k x its noise."""
     reward, peak = s.ema.get("reward"), s.peak.get("reward")
     if reward is None or peak is None:
@@ -110,7 +110,7 @@ def reward_clearly_below_peak(s: Signals, cfg: DetectorConfig) -> bool:
     return peak - reward > cfg.reward_noise_k * step_noise(s.reward_raw)
 
 
-def rule_reward_std(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
+def rule_reward_std(s: Signals, cfg: DiagnosticsConfig, step: int) -> Alert | None:
     """(a) In-group reward std EMA < std_drop_ratio * its peak while reward is not rising.
 
     "Not rising": the reward EMA gained at most reward_rise_tol * std peak over
@@ -132,7 +132,7 @@ def rule_reward_std(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
     return Alert(step, "reward_std", COLLAPSE if severe else WARNING, message, std, threshold)
 
 
-def rule_entropy(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
+def rule_entropy(s: Signals, cfg: DiagnosticsConfig, step: int) -> Alert | None:
     """(b) Entropy EMA < entropy_drop_ratio * its peak, or it falls faster than
     entropy_rate (relative drop per step, averaged over the last trend_steps). Warning."""
     hit = below_peak(s, "entropy", cfg.entropy_drop_ratio)
@@ -150,7 +150,7 @@ def rule_entropy(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
     return None
 
 
-def rule_grad_spike(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
+def rule_grad_spike(s: Signals, cfg: DiagnosticsConfig, step: int) -> Alert | None:
     """(c) Grad norm z-score > grad_z (and > grad_min_ratio x the running mean). Warning;
     collapse when another spike came within grad_repeat_steps and the reward EMA fell
     over the last trend_steps."""
@@ -165,7 +165,7 @@ def rule_grad_spike(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
     return Alert(step, "grad_spike", COLLAPSE if severe else WARNING, message, s.grad_z, cfg.grad_z)
 
 
-def rule_think(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
+def rule_think(s: Signals, cfg: DiagnosticsConfig, step: int) -> Alert | None:
     """(d) Think-length EMA < think_drop_ratio * its peak, once the peak exceeded
     think_min_peak tokens (runs without thinking never alert). Warning."""
     hit = below_peak(s, "think", cfg.think_drop_ratio, cfg.think_min_peak)
@@ -176,7 +176,7 @@ def rule_think(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
     return Alert(step, "think", WARNING, message, think, threshold)
 
 
-def rule_diversity(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
+def rule_diversity(s: Signals, cfg: DiagnosticsConfig, step: int) -> Alert | None:
     """(e) Identical-in-group EMA > identical_warn (warning) / identical_collapse
     (collapse, when the reward is also clearly below its peak), once it has risen by
     identical_rise above its lowest level (a task whose answers are always alike, such as
@@ -199,7 +199,7 @@ def rule_diversity(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
     return Alert(step, "diversity", WARNING, message, dist, threshold)
 
 
-def rule_reward_collapse(s: Signals, cfg: DetectorConfig, step: int) -> Alert | None:
+def rule_reward_collapse(s: Signals, cfg: DiagnosticsConfig, step: int) -> Alert | None:
     """(f) Reward EMA fell below its peak by > reward_drop_frac of the rise to that peak.
 
     Both the rise (peak minus the lowest EMA before it) and the drop must exceed
@@ -221,7 +221,7 @@ def rule_reward_collapse(s: Signals, cfg: DetectorConfig, step: int) -> Alert | 
     )
 
 
-Rule = Callable[[Signals, DetectorConfig, int], "Alert | None"]
+Rule = Callable[[Signals, DiagnosticsConfig, int], "Alert | None"]
 
 # Rule name -> function; `diagnostics/alert/<name>` is logged for each.
 RULES: dict[str, Rule] = {
