@@ -9,7 +9,8 @@ import pytest
 from starpo.envs import make
 from starpo.envs.policies import make_policy
 from starpo.errors import UserError
-from starpo.evaluation import run_episode, summarise, wilson_interval
+from starpo.evaluation import run_episode, summarise
+from starpo.stats import wilson_interval
 from starpo.types import Episode
 
 
@@ -41,8 +42,8 @@ def test_episode_json_round_trip_and_summary():
     again = Episode.from_json(episode.to_json())
     assert again == episode
     summary = summarise([episode])
-    assert summary["success_rate"] == 1.0 and summary["valid_action_rate"] == 1.0
-    assert summary["mean_reward"] == pytest.approx(episode.total_reward)
+    assert summary["success"] == 1.0 and summary["valid_action_rate"] == 1.0
+    assert summary["reward"] == pytest.approx(episode.total_reward)
 
 
 def test_unknown_policy_is_a_user_error():

@@ -157,6 +157,7 @@ def test_trajectory_json_round_trip(tiny):
     assert Trajectory.from_json(traj.to_json()) == traj
 
 
+@pytest.mark.slow
 def test_real_model_plays_one_bandit_episode(default_model):
     """Smoke test on the embedded SmolLM2-135M-Instruct."""
     model, tokenizer = default_model

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from starpo.rollout.evaluate import pass_at_k
+from starpo.stats import pass_at_k
 
 
 def starpo(*args: str) -> subprocess.CompletedProcess[str]:
@@ -54,12 +54,13 @@ def test_eval_model_writes_summary_trajectories_and_baselines(tiny_model_dir: Pa
     summary = json.loads((out / "summary.json").read_text())
     assert summary["num_episodes"] == 6
     for key in (
-        "success_rate",
-        "success_rate_ci95",
+        "success",
+        "success_ci95_low",
+        "success_ci95_high",
         "pass@1",
         "pass@2",
         "valid_action_rate",
-        "mean_turns",
+        "num_turns",
         "mean_response_tokens",
         "mean_think_tokens",
         "generation_tokens_per_s",
@@ -67,7 +68,7 @@ def test_eval_model_writes_summary_trajectories_and_baselines(tiny_model_dir: Pa
         assert key in summary, key
     assert summary["mean_response_tokens"] == 6  # random tokens never stop early
     assert summary["generation_tokens_per_s"] > 0
-    assert summary["baselines"]["solver"]["success_rate"] == 1.0
+    assert summary["baselines"]["solver"]["success"] == 1.0
     assert summary["settings"]["temperature"] == 0.5
     lines = (out / "trajectories.jsonl").read_text().splitlines()
     assert len(lines) == 6

@@ -9,11 +9,14 @@ reward std is the early sign of the Echo Trap, so StarPO-S trains only on the to
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from starpo.registry import FILTER_MODES, lookup
+from starpo.stats import sample_std, zero_std_share
 
 
 @dataclass(frozen=True)
@@ -25,33 +28,24 @@ class FilterResult:
     std_all: float  # mean of group_std over all groups
     std_kept: float  # mean of group_std over the kept groups
 
-
-def _std(values: Sequence[float]) -> float:
-    """Unbiased sample std (torch.std's default, as RAGEN uses); 0 for a group of one.
-
-    math.fsum sums exactly-then-rounds, so the result does not depend on the order of the
-    rewards: two groups holding the same rewards get bit-identical stds and tie.
-    """
-    n = len(values)
-    if n < 2:
-        return 0.0
-    mean = math.fsum(values) / n
-    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    @property
+    def zero_std_groups(self) -> float:
+        """Share of groups with (numerically) zero reward std: no signal under a baseline."""
+        return zero_std_share(self.group_std)
 
 
-def _top_std(group_std: list[float]) -> list[int]:
+# Each mode ranks group indices, best first; ties go to the lower group index. The modes
+# are registered by name in starpo.registry.FILTER_MODES.
+
+
+def highest_std_first(group_std: list[float]) -> list[int]:
+    """top_std (StarPO-S): the most uncertain groups first."""
     return sorted(range(len(group_std)), key=lambda g: (-group_std[g], g))
 
 
-def _bottom_std(group_std: list[float]) -> list[int]:
+def lowest_std_first(group_std: list[float]) -> list[int]:
+    """bottom_std (ablation): the least uncertain groups first."""
     return sorted(range(len(group_std)), key=lambda g: (group_std[g], g))
-
-
-# Each mode ranks group indices, best first; ties go to the lower group index.
-FILTER_MODES: dict[str, Callable[[list[float]], list[int]]] = {
-    "top_std": _top_std,  # StarPO-S: most uncertain groups first
-    "bottom_std": _bottom_std,  # ablation: least uncertain groups first
-}
 
 
 def num_kept(num_groups: int, ratio: float) -> int:
@@ -74,8 +68,7 @@ def filter_groups(
     """
     if not 0.0 < ratio <= 1.0:
         raise ValueError(f"filter ratio must be in (0, 1], got {ratio}")
-    if mode not in FILTER_MODES:
-        raise ValueError(f"unknown filter mode {mode!r}; valid: {sorted(FILTER_MODES)}")
+    rank = lookup(FILTER_MODES, mode)
     if isinstance(group_rewards, Tensor):
         if group_rewards.dim() != 2:
             raise ValueError(f"group_rewards tensor must be (G, N), got {group_rewards.shape}")
@@ -83,8 +76,8 @@ def filter_groups(
     groups = [[float(r) for r in rewards] for rewards in group_rewards]
     if not groups or any(len(g) == 0 for g in groups):
         raise ValueError("filter_groups needs at least one group and one reward per group")
-    group_std = [_std(g) for g in groups]
-    kept = sorted(FILTER_MODES[mode](group_std)[: num_kept(len(groups), ratio)])
+    group_std = [sample_std(g) for g in groups]
+    kept = sorted(rank(group_std)[: num_kept(len(groups), ratio)])
     return FilterResult(
         kept=kept,
         group_std=group_std,

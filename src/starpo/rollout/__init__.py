@@ -11,12 +11,31 @@ trajectories = engine.run("sokoban", seeds=[10000, 10001], group_size=4)
 
 from __future__ import annotations
 
-from starpo.rollout.backend import Generation, GenerationBackend, GenerationRequest, SamplingParams
+from typing import Any
+
+from starpo.rollout.backend import (
+    BackendNumerics,
+    Generation,
+    GenerationBackend,
+    GenerationRequest,
+    SamplingParams,
+)
 from starpo.rollout.engine import RolloutEngine, RolloutSettings
-from starpo.rollout.hf_backend import HFBackend
 from starpo.rollout.parser import ParsedTurn, parse_turn
 
+
+def __getattr__(name: str) -> Any:
+    """`HFBackend` on first use only: it imports torch, which the settings, prompts and
+    parser (read by the config and `starpo --help`) do not need."""
+    if name == "HFBackend":
+        from starpo.rollout.hf_backend import HFBackend
+
+        return HFBackend
+    raise AttributeError(f"module 'starpo.rollout' has no attribute {name!r}")
+
+
 __all__ = [
+    "BackendNumerics",
     "Generation",
     "GenerationBackend",
     "GenerationRequest",

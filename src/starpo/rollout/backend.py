@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,23 @@ class Generation:
     stop_ids: list[int] = field(default_factory=list)  # the stop token/sequence that ended it
 
 
+@dataclass(frozen=True)
+class BackendNumerics:
+    """How a backend computes, so the trainer can tell whether its log-probs can serve as
+    the PPO ratio's old log-probs (`exact_logprobs`) or must be recomputed."""
+
+    name: str  # e.g. "hf"
+    compute_dtype: str  # e.g. "float32", "bfloat16"
+    exact_logprobs: bool  # equal to the training forward's within fp32 tolerance
+
+
 class GenerationBackend(Protocol):
-    """What the rollout engine needs from a policy."""
+    """What the rollout engine (generate, release, reset) and the trainer (seed,
+    update_weights, numerics) need from a policy. A backend that holds its own copy of
+    the weights (vLLM, a remote server, a Ray worker) receives them in `update_weights`.
+    """
+
+    numerics: BackendNumerics
 
     def generate(
         self, requests: list[GenerationRequest], params: SamplingParams
@@ -60,4 +75,14 @@ class GenerationBackend(Protocol):
 
     def reset(self) -> None:
         """Forget all sessions."""
+        ...
+
+    def seed(self, seed: int) -> None:
+        """Reseed sampling, so a given seed gives the same samples (resume is exact)."""
+        ...
+
+    def update_weights(self, model: Any, version: int) -> None:
+        """The policy changed (optimizer update number `version`): sample from `model`'s
+        weights from now on. Called after every update; may be a no-op for a backend that
+        runs the training model itself."""
         ...

@@ -7,13 +7,14 @@ episode's KV cache, so a turn only encodes the new observation.
 
 from __future__ import annotations
 
+import operator
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from starpo.envs import TextEnv, make
-from starpo.models import stop_token_ids
+from starpo.errors import UserError
 from starpo.rollout import prompts
 from starpo.rollout.backend import (
     Generation,
@@ -28,21 +29,69 @@ from starpo.types import Trajectory, Turn
 ANSWER_CLOSE_VARIANTS = ("</answer>", " </answer>")
 
 
+def _setting(default: Any, help: str, **bounds: float) -> Any:
+    """A per-episode setting: its default, help text and bounds (gt/ge/le), kept as field
+    metadata in the shape of the training config's fields, so the config section and the
+    `starpo eval` flags are built from these and check the same bounds."""
+    return field(default=default, metadata={"help": help, **bounds})
+
+
 @dataclass(frozen=True)
 class RolloutSettings:
-    """Limits and sampling of a rollout (REFERENCE.md defaults)."""
+    """Limits and sampling of one episode: the one definition of these settings, with their
+    help, bounds and defaults (defaults: RAGEN, arXiv 2504.20073, and its config).
 
-    max_turns: int = 5
-    max_actions_per_turn: int = 5
-    max_actions_per_traj: int = 10
-    max_new_tokens: int = 400  # per-turn token budget
-    max_response_words: int = 100  # the length the prompt asks for
-    temperature: float = 1.0
-    top_p: float = 1.0
-    think: bool = True
-    format_penalty: float = -0.1
-    format_reward: float = 0.0  # bonus for a well-formed turn (shaping; 0 = the paper)
-    stop_at_answer: bool = True  # stop a turn at "</answer>" (the rest would be ignored)
+    The trainer builds it from the config's `rollout` section, `starpo eval` from its flags
+    (see `check_settings` for the one-line error naming the flag or config key).
+    """
+
+    max_turns: int = _setting(5, "Turns per episode at most.", ge=1)
+    max_actions_per_turn: int = _setting(5, "Actions one answer may hold (separated by ||).", ge=1)
+    max_actions_per_traj: int = _setting(
+        10, "Valid actions per episode at most (invalid ones use none).", ge=1
+    )
+    max_new_tokens: int = _setting(400, "Token budget of one turn's response.", ge=1)
+    max_response_words: int = _setting(100, "Response length the prompt asks for, in words.", ge=1)
+    temperature: float = _setting(1.0, "Sampling temperature; 0 = greedy.", ge=0.0)
+    top_p: float = _setting(1.0, "Nucleus sampling mass.", gt=0.0, le=1.0)
+    think: bool = _setting(
+        True, "Ask for <think>...</think> first; false = prompt ends with <answer>."
+    )
+    format_penalty: float = _setting(
+        -0.1, "Training reward of an unparsable turn or invalid action; 0 = none.", le=0.0
+    )
+    format_reward: float = _setting(
+        0.0,
+        "Shaping bonus for a well-formed turn (think/answer structure parsed), whatever its "
+        "action; helps small models that never follow the format. 0 = the paper.",
+        ge=0.0,
+    )
+    stop_at_answer: bool = _setting(
+        True, "End a turn's generation at </answer> (the rest would be ignored)."
+    )
+
+    def __post_init__(self) -> None:
+        check_settings({f.name: getattr(self, f.name) for f in fields(self)})
+
+
+_BOUNDS: dict[str, tuple[Callable[[Any, Any], bool], str]] = {
+    "gt": (operator.gt, ">"),
+    "ge": (operator.ge, ">="),
+    "le": (operator.le, "<="),
+}
+
+
+def check_settings(values: Mapping[str, Any], spell: Callable[[str], str] = str) -> None:
+    """Raise a one-line UserError for the first value outside its setting's bounds, naming
+    it as `spell(field name)` says (`--max-turns` for a flag, `rollout.max_turns` for the
+    config). Missing names are skipped, as are names that are not settings."""
+    for f in fields(RolloutSettings):
+        value = values.get(f.name)
+        bounds = [(ok, sign, f.metadata[r]) for r, (ok, sign) in _BOUNDS.items() if r in f.metadata]
+        if value is None or isinstance(value, bool) or all(ok(value, b) for ok, _, b in bounds):
+            continue
+        need = " and ".join(f"{sign} {b}" for _, sign, b in bounds)
+        raise UserError(f"{spell(f.name)} must be {need}, got {value}")
 
 
 @dataclass
@@ -64,6 +113,8 @@ class RolloutEngine:
     def __init__(self, backend: GenerationBackend, tokenizer: Any, settings: RolloutSettings):
         self.backend = backend
         self.tokenizer = tokenizer
+        from starpo.models import stop_token_ids  # torch: only when an engine is built
+
         self.settings = settings
         self.prefix = prompts.generation_prefix(settings.think)
         self.chat = ChatTokens(tokenizer, self.prefix)

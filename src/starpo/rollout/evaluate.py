@@ -1,29 +1,25 @@
-"""`starpo eval --policy model`: an LLM plays fixed validation seeds; metrics and summary."""
+"""`starpo eval --policy model`: an LLM plays fixed validation seeds (summarised by
+`starpo.evaluation.summarise`, like every other set of episodes)."""
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from starpo.evaluation import wilson_interval
+from starpo.evaluation import summarise
 from starpo.rollout.engine import RolloutEngine, RolloutSettings
 from starpo.types import Trajectory
-
-
-def pass_at_k(num_samples: int, num_correct: int, k: int) -> float:
-    """Unbiased pass@k for one seed: P(at least one of k samples drawn from n succeeds)."""
-    if num_samples - num_correct < k:
-        return 1.0
-    return 1.0 - math.comb(num_samples - num_correct, k) / math.comb(num_samples, k)
 
 
 @dataclass
 class ModelEvalResult:
     trajectories: list[Trajectory]
     generation_seconds: float  # time inside the generation backend
+
+    def summary(self) -> dict[str, Any]:
+        """`starpo.evaluation.summarise` of the trajectories, with the generation speed."""
+        return summarise(self.trajectories, generation_seconds=self.generation_seconds)
 
 
 def play_seeds(
@@ -46,47 +42,6 @@ def play_seeds(
         if on_batch is not None:
             on_batch(len(batch) * samples_per_seed)
     return ModelEvalResult(trajectories, engine.generation_seconds - generation_before)
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
-
-
-def summarise_trajectories(result: ModelEvalResult) -> dict[str, Any]:
-    """Success with its 95% interval, pass@k, validity, turns, lengths, tokens/s."""
-    trajs = result.trajectories
-    turns = [turn for t in trajs for turn in t.turns]
-    successes = sum(t.success for t in trajs)
-    by_seed: dict[int, list[bool]] = defaultdict(list)
-    for t in trajs:
-        by_seed[t.seed].append(t.success)
-    n = min(len(v) for v in by_seed.values()) if by_seed else 0
-    ks = sorted({k for k in (1, 2, 4, 8, 16, 32, n) if 1 <= k <= n})
-    pass_k = {
-        f"pass@{k}": _mean([pass_at_k(len(v), sum(v), k) for v in by_seed.values()]) for k in ks
-    }
-    valid = sum(turn.num_valid for turn in turns)
-    invalid = sum(turn.num_invalid for turn in turns)
-    generated = sum(turn.response_tokens for turn in turns)
-    low, high = wilson_interval(successes, len(trajs))
-    return {
-        "num_episodes": len(trajs),
-        "success_rate": successes / len(trajs) if trajs else 0.0,
-        "success_rate_ci95": [low, high],
-        **pass_k,
-        "mean_reward": _mean([t.env_reward for t in trajs]),
-        "mean_train_reward": _mean([t.reward for t in trajs]),
-        "mean_actions": _mean([t.num_actions for t in trajs]),
-        "valid_action_rate": valid / (valid + invalid) if valid + invalid else 0.0,
-        "format_ok_rate": _mean([float(turn.format_ok) for turn in turns]),
-        "mean_turns": _mean([len(t.turns) for t in trajs]),
-        "mean_response_tokens": _mean([turn.response_tokens for turn in turns]),
-        "mean_think_tokens": _mean([turn.think_tokens for turn in turns]),
-        "generated_tokens": generated,
-        "generation_tokens_per_s": generated / result.generation_seconds
-        if result.generation_seconds > 0
-        else 0.0,
-    }
 
 
 def evaluate_model(
@@ -120,4 +75,4 @@ def evaluate_model(
         env_kwargs=env_kwargs,
         on_batch=on_batch,
     )
-    return result, summarise_trajectories(result)
+    return result, result.summary()

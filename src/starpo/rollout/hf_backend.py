@@ -15,7 +15,12 @@ import torch
 from transformers import DynamicCache
 
 from starpo.models.compat import cache_argument
-from starpo.rollout.backend import Generation, GenerationRequest, SamplingParams
+from starpo.rollout.backend import (
+    BackendNumerics,
+    Generation,
+    GenerationRequest,
+    SamplingParams,
+)
 
 
 def sample_tokens(
@@ -75,7 +80,21 @@ class HFBackend:
         self.device = next(model.parameters()).device
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self._cache_arg = cache_argument(model)
+        self.weights_version = 0
+        # It runs the training model itself: exact log-probs unless autocast rounds them.
+        self.numerics = BackendNumerics(
+            "hf", str(compute_dtype).removeprefix("torch."), compute_dtype == torch.float32
+        )
         self.reset()
+
+    def seed(self, seed: int) -> None:
+        self.generator.manual_seed(seed)
+
+    def update_weights(self, model: Any, version: int) -> None:
+        """Nothing to copy: this backend samples from the training model's live weights."""
+        if model is not self.model:
+            raise ValueError("HFBackend samples from the model it was built with")
+        self.weights_version = version
 
     def reset(self) -> None:
         self._rows: list[int] = []  # row of the batch cache -> session id
@@ -224,3 +243,12 @@ class HFBackend:
             )
             for i in range(n)
         ]
+
+
+def build_hf_backend(
+    model: Any, tokenizer: Any, *, compute_dtype: torch.dtype = torch.float32, seed: int = 0
+) -> HFBackend:
+    """The "hf" entry of starpo.registry.GENERATION_BACKENDS: sample from `model` itself."""
+    return HFBackend(
+        model, pad_token_id=tokenizer.pad_token_id, seed=seed, compute_dtype=compute_dtype
+    )

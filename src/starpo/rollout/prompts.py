@@ -1,4 +1,4 @@
-"""Prompt text, as in RAGEN (REFERENCE.md "Prompt layout"): pure functions of env and settings.
+"""Prompt text, as in RAGEN's public code (arXiv 2504.20073): pure functions of env and settings.
 
 system: "You're a helpful assistant."
 user (turn 1): instruction, symbol legend, action list, then the turn block.
