@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def starpo(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -85,16 +87,16 @@ def test_eval_writes_summary_and_trajectories(tmp_path: Path):
         assert result.returncode == 0, result.stderr
         summary = json.loads((out / "summary.json").read_text())
         assert summary["num_episodes"] == 12
-        assert {"success_rate", "mean_reward", "success_rate_ci95"} <= set(summary)
+        assert {"success", "reward", "success_ci95_low", "success_ci95_high"} <= set(summary)
         lines = (out / "trajectories.jsonl").read_text().splitlines()
         assert len(lines) == 12
         seeds = [json.loads(line)["seed"] for line in lines]
         assert seeds == list(range(123, 135))
         if policy == "solver":
             # Every generated level is solvable within the budget, so the solver always wins.
-            assert summary["success_rate"] == 1.0 and summary["optimal_success_rate"] == 1.0
+            assert summary["success"] == 1.0 and summary["optimal_success"] == 1.0
     random_summary = json.loads((tmp_path / "random" / "summary.json").read_text())
-    assert random_summary["success_rate"] < 1.0
+    assert random_summary["success"] < 1.0
 
 
 def test_eval_frozenlake_solver_beats_random(tmp_path: Path):
@@ -114,7 +116,7 @@ def test_eval_frozenlake_solver_beats_random(tmp_path: Path):
             "--quiet",
         )
         assert result.returncode == 0, result.stderr
-        rates[policy] = json.loads((out / "summary.json").read_text())["success_rate"]
+        rates[policy] = json.loads((out / "summary.json").read_text())["success"]
     assert rates["solver"] > rates["random"] + 0.15
 
 
@@ -141,3 +143,46 @@ def test_demo_env_showcase_plays_every_env():
     for env_id in ("bandit", "frozenlake", "sokoban", "sokoban-large", "sokoban-newvocab"):
         assert f"{env_id} " in summary
     assert summary.count("solver  success") >= 5  # the solver wins every env but slippery ice
+
+
+def test_train_overrides_may_stand_anywhere():
+    from starpo.cli import parse_args
+
+    argv = ["train", "a.b=1", "--quiet", "c=2", "--out", "r", "--config", "x", "d=3", "--resume"]
+    args = parse_args(argv)
+    assert args.overrides == ["a.b=1", "c=2", "d=3"]  # in the order given: later ones win
+    assert (args.quiet, args.resume, args.config, args.out) == (True, True, "x", "r")
+    for bad in (["train", "--out", "r", "a=1", "--quiet", "--nope"], ["envs", "a=1"]):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
+
+
+def test_an_override_after_a_flag_reaches_the_config(tmp_path: Path):
+    out = str(tmp_path / "run")
+    overrides = ("trainer.total_steps=1", "--quiet", "optim.actor_lr=0")  # two runs of them
+    result = starpo("train", *overrides, "--out", out, "--config", "cpu-tiny-smoke")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "starpo: error: optim.actor_lr must be > 0.0, got 0; e.g. optim.actor_lr=1.0e-06"
+    ]
+
+
+def test_unknown_preset_lists_the_presets(tmp_path: Path):
+    result = starpo("train", "--config", "cpu-tiny-smok", "--out", str(tmp_path / "r"))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "did you mean 'cpu-tiny-smoke'?" in result.stderr
+    assert "bandit-starpo-s" in result.stderr and "sokoban-starpo" in result.stderr
+
+
+def test_train_help_imports_no_torch():
+    code = (
+        "import runpy, sys\n"
+        "sys.argv = ['starpo', 'train', '--help']\n"
+        "try:\n    runpy.run_module('starpo', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "print('torch imported' if 'torch' in sys.modules else 'no torch')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "diagnostics.ema_alpha" in result.stdout and "cpu-tiny-smoke" in result.stdout
+    assert result.stdout.strip().endswith("no torch")

@@ -93,40 +93,32 @@ def _progress(iterable: Any, args: argparse.Namespace, total: int) -> Any:
     return tqdm(iterable, total=total, desc=f"eval {args.env}", unit="ep", disable=args.quiet)
 
 
-def _check_model_eval_args(args: argparse.Namespace) -> None:
-    if args.temperature < 0:
-        raise UserError(f"--temperature must be >= 0 (0 = greedy), got {args.temperature}")
-    if not 0 < args.top_p <= 1:
-        raise UserError(f"--top-p must lie in (0, 1], got {args.top_p}")
-    for flag in (
-        "samples_per_seed",
-        "batch_size",
-        "max_turns",
-        "max_new_tokens",
-        "max_actions_per_turn",
-        "max_actions_per_traj",
-    ):
-        if getattr(args, flag) < 1:
-            raise UserError(f"--{flag.replace('_', '-')} must be at least 1")
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _rollout_settings_from_args(args: argparse.Namespace) -> Any:
+    """The `RolloutSettings` of `--policy model`: each setting from its flag (the others at
+    their defaults), checked by the settings' own bounds; an error names the flag."""
+    from dataclasses import fields
+
+    from starpo.rollout.engine import RolloutSettings, check_settings
+
+    for name in ("samples_per_seed", "batch_size"):  # eval's own, not per-episode settings
+        if getattr(args, name) < 1:
+            raise UserError(f"{_flag(name)} must be >= 1, got {getattr(args, name)}")
+    values = {f.name: getattr(args, f.name) for f in fields(RolloutSettings) if f.name in args}
+    check_settings(values, spell=_flag)
+    return RolloutSettings(**values)
 
 
 def _eval_model(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
     from starpo.envs import make
     from starpo.envs.policies import has_solver
     from starpo.evaluation import play_episodes, summarise, write_results
-    from starpo.rollout.engine import RolloutSettings
     from starpo.rollout.evaluate import evaluate_model
 
-    _check_model_eval_args(args)
-    settings = RolloutSettings(
-        max_turns=args.max_turns,
-        max_actions_per_turn=args.max_actions_per_turn,
-        max_actions_per_traj=args.max_actions_per_traj,
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        think=not args.no_think,
-    )
+    settings = _rollout_settings_from_args(args)
     seeds = list(range(args.seed_start, args.seed_start + args.episodes))
     with _progress(None, args, total=len(seeds) * args.samples_per_seed) as bar:
         result, summary = evaluate_model(
@@ -176,15 +168,15 @@ def format_comparison(summary: dict[str, Any]) -> str:
         f"{'policy':<8}{'success':>9}  {'95% CI':<17}{'reward':>8}{'valid':>8}",
     ]
     for name, s in rows:
-        low, high = s["success_rate_ci95"]
+        low, high = s["success_ci95_low"], s["success_ci95_high"]
         lines.append(
-            f"{name:<8}{s['success_rate']:>9.1%}  {f'{low:.1%} - {high:.1%}':<17}"
-            f"{s['mean_reward']:>8.3f}{s['valid_action_rate']:>8.1%}"
+            f"{name:<8}{s['success']:>9.1%}  {f'{low:.1%} - {high:.1%}':<17}"
+            f"{s['reward']:>8.3f}{s['valid_action_rate']:>8.1%}"
         )
     passes = "  ".join(f"{k} {v:.1%}" for k, v in summary.items() if k.startswith("pass@"))
     lines += [
-        f"model: {passes}; format ok {summary['format_ok_rate']:.1%} of turns; "
-        f"{summary['mean_turns']:.2f} turns/episode",
+        f"model: {passes}; format ok {summary['format_ok']:.1%} of turns; "
+        f"{summary['num_turns']:.2f} turns/episode",
         f"model: {summary['mean_response_tokens']:.1f} response tokens/turn, "
         f"{summary['mean_think_tokens']:.1f} think tokens/turn, "
         f"{summary['generation_tokens_per_s']:.1f} generated tokens/s",
@@ -194,15 +186,15 @@ def format_comparison(summary: dict[str, Any]) -> str:
 
 def format_summary(summary: dict[str, Any]) -> str:
     """A small table: success with its 95% interval, reward, actions, optimal success."""
-    low, high = summary["success_rate_ci95"]
-    optimal = summary.get("optimal_success_rate")
+    low, high = summary["success_ci95_low"], summary["success_ci95_high"]
+    optimal = summary.get("optimal_success")
     rows = [
         ("env", summary["env"]),
         ("policy", summary["policy"]),
         ("episodes", str(summary["num_episodes"])),
-        ("success", f"{summary['success_rate']:.1%}  (95% CI {low:.1%} - {high:.1%})"),
-        ("mean reward", f"{summary['mean_reward']:.3f}"),
-        ("mean actions", f"{summary['mean_actions']:.2f}"),
+        ("success", f"{summary['success']:.1%}  (95% CI {low:.1%} - {high:.1%})"),
+        ("mean reward", f"{summary['reward']:.3f}"),
+        ("mean actions", f"{summary['num_actions']:.2f}"),
         ("valid actions", f"{summary['valid_action_rate']:.1%}"),
         ("optimal success", "n/a" if optimal is None else f"{optimal:.1%}"),
     ]
@@ -210,7 +202,7 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 def _add_model_eval_args(p: argparse.ArgumentParser) -> None:
-    """Options of `--policy model` (defaults: REFERENCE.md's evaluation settings)."""
+    """Options of `--policy model` (defaults: the RAGEN paper's evaluation settings)."""
     from starpo.defaults import DEFAULT_MODEL
 
     g = p.add_argument_group("model policy (--policy model)")
@@ -221,13 +213,6 @@ def _add_model_eval_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     g.add_argument(
-        "--temperature",
-        type=float,
-        default=0.5,
-        help="sampling temperature, 0 = greedy (default 0.5)",
-    )
-    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1)")
-    g.add_argument(
         "--samples-per-seed",
         type=int,
         default=1,
@@ -236,38 +221,31 @@ def _add_model_eval_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--batch-size", type=int, default=32, help="episodes generated together (default 32)"
     )
-    g.add_argument("--max-turns", type=int, default=5, help="turns per episode (default 5)")
-    g.add_argument("--max-actions-per-turn", type=int, default=5, help="(default 5)")
-    g.add_argument("--max-actions-per-traj", type=int, default=10, help="(default 10)")
-    g.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=400,
-        help="token budget of one turn's response (default 400)",
-    )
-    g.add_argument(
-        "--no-think",
-        action="store_true",
-        help="answer without a <think> block (prompt ends with <answer>)",
-    )
+    _add_settings_flags(g, {"temperature": 0.5})  # evaluation samples at 0.5 (RAGEN)
 
 
-def resolve_config_path(name: str) -> Path:
-    """A config file path, or a preset name looked up in ./configs and the repo's configs/."""
-    candidates = [Path(name)]
-    for folder in (Path("configs"), Path(__file__).resolve().parents[2] / "configs"):
-        candidates += [folder / name, folder / f"{name}.yaml"]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    return Path(name)  # load_config reports it as missing
+def _add_settings_flags(group: Any, defaults: dict[str, Any]) -> None:
+    """One flag per per-episode setting, from its one definition (`RolloutSettings`:
+    help, default; bounds are checked by `_rollout_settings_from_args`)."""
+    from dataclasses import fields
+
+    from starpo.rollout.engine import RolloutSettings
+
+    for f in fields(RolloutSettings):
+        default = defaults.get(f.name, f.default)
+        if isinstance(default, bool):  # --think / --no-think
+            kind: dict[str, Any] = {"action": argparse.BooleanOptionalAction}
+        else:
+            kind = {"type": type(default)}
+        help_text = f"{f.metadata['help']} (default {default})".replace("%", "%%")
+        group.add_argument(_flag(f.name), default=default, help=help_text, **kind)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from starpo.config import load_config
 
     out = Path(args.out)
-    config_path = resolve_config_path(args.config) if args.config else None
+    config_path = args.config  # a YAML path or a preset name (see starpo.config.presets)
     if config_path is None and args.resume and (out / "config.yaml").is_file():
         config_path = out / "config.yaml"  # resume with the config the run was saved with
     cfg = load_config(config_path, args.overrides)
@@ -301,7 +279,7 @@ def cmd_view(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from starpo.report import report_main
+    from starpo.viewer.report import report_main
 
     return report_main(args.runs, args.out)
 
@@ -350,19 +328,24 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_eval_args(p)
     p.set_defaults(func=cmd_eval)
 
-    from starpo.config import format_config_help
+    from starpo.config import format_config_help, presets
 
     p = sub.add_parser(
         "train",
         help="train an agent with StarPO / StarPO-S",
-        description="Train with a YAML config (or preset name from configs/) and dotted "
+        description="Train with a YAML config (or a preset shipped with starpo) and dotted "
         "overrides, e.g. starpo train --config cpu-bandit-starpo-s optim.actor_lr=1e-5 "
         "--out runs/demo",
         epilog="config options (KEY=VALUE overrides):\n" + format_config_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--config", help="YAML file or preset name (configs/); default: built-ins")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides")
+    p.add_argument(
+        "--config",
+        help="YAML file, or a preset: " + ", ".join(presets()) + " (default: built-ins)",
+    )
+    p.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides (anywhere)"
+    )
     p.add_argument("--out", required=True, help="run folder (metrics, checkpoints, final model)")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     p.add_argument("--quiet", action="store_true", help="no per-step lines")
@@ -381,8 +364,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The parsed command line. `train`'s KEY=VALUE overrides may stand anywhere, also
+    after flags (argparse alone takes only the first run of them), in the order given."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and hasattr(args, "overrides") and not any(a.startswith("-") for a in extra):
+        args.overrides += extra  # later runs of positionals come back as extras, in order
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     try:
         return args.func(args)
     except UserError as exc:

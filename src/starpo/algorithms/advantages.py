@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from starpo.algorithms.masked import masked_mean, masked_sum, masked_var, masked_whiten
+from starpo.registry import ADVANTAGE_ESTIMATORS, lookup
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -195,7 +196,7 @@ class AdvantageInputs:
 
 @dataclass(frozen=True)
 class AdvantageParams:
-    """Knobs of the estimators (defaults: REFERENCE.md / RAGEN's public config)."""
+    """Knobs of the estimators (defaults: RAGEN, arXiv 2504.20073, and its public config)."""
 
     gamma: float = 1.0  # gae discount
     lam: float = 1.0  # gae lambda
@@ -218,14 +219,16 @@ def _maybe_whiten(advantages: Tensor, mask: Tensor, params: AdvantageParams) -> 
     return masked_whiten(advantages, mask) if params.whiten else advantages
 
 
-def _gae(inputs: AdvantageInputs, params: AdvantageParams) -> tuple[Tensor, Tensor | None]:
+def gae_estimator(inputs: AdvantageInputs, params: AdvantageParams) -> tuple[Tensor, Tensor | None]:
     values = _require(inputs.values, "values", "gae", "GAE needs a critic")
     rewards = _require(inputs.token_rewards, "token_rewards", "gae", "see place_rewards")
     adv, ret = gae_advantages(rewards, values, inputs.mask, params.gamma, params.lam)
     return _maybe_whiten(adv, inputs.mask, params), ret
 
 
-def _grpo(inputs: AdvantageInputs, params: AdvantageParams) -> tuple[Tensor, Tensor | None]:
+def grpo_estimator(
+    inputs: AdvantageInputs, params: AdvantageParams
+) -> tuple[Tensor, Tensor | None]:
     group_ids = _require(inputs.group_ids, "group_ids", "grpo", "groups define the baseline")
     scores = inputs.scores
     if scores is None:
@@ -236,7 +239,9 @@ def _grpo(inputs: AdvantageInputs, params: AdvantageParams) -> tuple[Tensor, Ten
     return adv, None
 
 
-def _bi_level(inputs: AdvantageInputs, params: AdvantageParams) -> tuple[Tensor, Tensor | None]:
+def bi_level_estimator(
+    inputs: AdvantageInputs, params: AdvantageParams
+) -> tuple[Tensor, Tensor | None]:
     name = "bi_level_gae"
     values = _require(inputs.values, "values", name, "bi-level GAE needs a critic")
     turn_rewards = _require(inputs.turn_rewards, "turn_rewards", name, "see pad_turns")
@@ -254,13 +259,9 @@ def _bi_level(inputs: AdvantageInputs, params: AdvantageParams) -> tuple[Tensor,
     return _maybe_whiten(adv, inputs.mask, params), ret
 
 
+# Estimators take (inputs, params) and return (advantages, returns); they are registered
+# by name in starpo.registry.ADVANTAGE_ESTIMATORS.
 Estimator = Callable[[AdvantageInputs, AdvantageParams], tuple[Tensor, Tensor | None]]
-
-ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {
-    "gae": _gae,
-    "grpo": _grpo,
-    "bi_level_gae": _bi_level,
-}
 
 
 def compute_advantages(
@@ -271,12 +272,9 @@ def compute_advantages(
     `params` are AdvantageParams fields (gamma, lam, gamma_turn, lam_turn, gamma_token,
     lam_token, eps, norm_by_std, whiten). returns is None for critic-free estimators (grpo).
     """
-    if name not in ADVANTAGE_ESTIMATORS:
-        raise ValueError(
-            f"unknown advantage estimator {name!r}; valid: {sorted(ADVANTAGE_ESTIMATORS)}"
-        )
+    estimator = lookup(ADVANTAGE_ESTIMATORS, name)
     known = {f.name for f in fields(AdvantageParams)}
     unknown = sorted(set(params) - known)
     if unknown:
         raise ValueError(f"unknown advantage params {unknown}; valid: {sorted(known)}")
-    return ADVANTAGE_ESTIMATORS[name](inputs, AdvantageParams(**params))
+    return estimator(inputs, AdvantageParams(**params))

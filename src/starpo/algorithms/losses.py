@@ -13,6 +13,8 @@ import torch
 from torch import Tensor
 
 from starpo.algorithms.masked import masked_mean, masked_sum, masked_var
+from starpo.registry import KL_ESTIMATORS, lookup
+from starpo.registry import LOSS_AGGREGATIONS as AGGREGATIONS
 
 # Log-ratios beyond these bounds are clamped before exp: exp(20) ~ 5e8 is already far
 # outside any trust region, and the clamp keeps a stale or garbage log-prob from turning
@@ -47,25 +49,18 @@ def _nonempty_seq_count(mask: Tensor) -> Tensor:
 # Each aggregation is a sum over the batch divided by a count of the batch: (numerator,
 # count). Splitting them is what makes micro-batching exact: each micro-batch divides its
 # own sum by the count of the whole mini-batch, so the micro-batch losses add up to the
-# mini-batch loss however the rows are split.
-AGGREGATIONS: dict[str, tuple[Callable[[Tensor, Tensor], Tensor], Callable[[Tensor], Tensor]]] = {
-    "token_mean": (_token_sum, _token_count),
-    "seq_mean_token_mean": (_seq_token_means, _nonempty_seq_count),
-    "seq_mean_token_sum": (_seq_token_sums, _nonempty_seq_count),
-}
-
-
-def _check_mode(mode: str) -> None:
-    if mode not in AGGREGATIONS:
-        raise ValueError(f"unknown aggregation {mode!r}; valid: {sorted(AGGREGATIONS)}")
+# mini-batch loss however the rows are split. Registered in starpo.registry.LOSS_AGGREGATIONS.
+Aggregation = tuple[Callable[[Tensor, Tensor], Tensor], Callable[[Tensor], Tensor]]
+TOKEN_MEAN: Aggregation = (_token_sum, _token_count)
+SEQ_MEAN_TOKEN_MEAN: Aggregation = (_seq_token_means, _nonempty_seq_count)
+SEQ_MEAN_TOKEN_SUM: Aggregation = (_seq_token_sums, _nonempty_seq_count)
 
 
 def aggregation_count(mask: Tensor, mode: str = "token_mean") -> float:
     """The denominator of `aggregate` for this mask: its agent tokens (token_mean) or its
     sequences with at least one agent token (seq_* modes). Compute it over a mini-batch and
     pass it as `count` to every micro-batch's `aggregate`."""
-    _check_mode(mode)
-    return float(AGGREGATIONS[mode][1](mask))
+    return float(lookup(AGGREGATIONS, mode)[1](mask))
 
 
 def aggregate(
@@ -80,8 +75,7 @@ def aggregate(
     mini-batch, see `aggregation_count`), else this batch's own; N = 0 gives 0, not NaN.
     With `count` from the mini-batch, the losses of its micro-batches sum to its loss.
     """
-    _check_mode(mode)
-    numerator, counter = AGGREGATIONS[mode]
+    numerator, counter = lookup(AGGREGATIONS, mode)
     total = counter(mask) if count is None else torch.as_tensor(count)
     return numerator(loss_mat, mask) / total.clamp(min=1).to(loss_mat.dtype)
 
@@ -174,24 +168,17 @@ def token_logprobs(logits: Tensor, labels: Tensor, temperature: float = 1.0) -> 
     return picked - torch.logsumexp(z, dim=-1)
 
 
-def _kl_k1(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+def kl_k1(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     return logprobs - ref_logprobs
 
 
-def _kl_k2(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+def kl_k2(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     return 0.5 * (logprobs - ref_logprobs).square()
 
 
-def _kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     log_ratio = (ref_logprobs - logprobs).clamp(-K3_LOG_RATIO_CLAMP, K3_LOG_RATIO_CLAMP)
     return torch.exp(log_ratio) - log_ratio - 1.0
-
-
-KL_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
-    "k1": _kl_k1,
-    "k2": _kl_k2,
-    "k3": _kl_k3,
-}
 
 
 def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: str = "k1") -> Tensor:
@@ -202,9 +189,7 @@ def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: str = "k1") ->
     k3 = exp(d) - d - 1, d = log pi_ref - log pi   (Schulman's unbiased low-variance, >= 0;
          d clamped to +-K3_LOG_RATIO_CLAMP before exp)
     """
-    if estimator not in KL_ESTIMATORS:
-        raise ValueError(f"unknown KL estimator {estimator!r}; valid: {sorted(KL_ESTIMATORS)}")
-    return KL_ESTIMATORS[estimator](logprobs, ref_logprobs)
+    return lookup(KL_ESTIMATORS, estimator)(logprobs, ref_logprobs)
 
 
 def truncated_is_weights(train_logprobs: Tensor, rollout_logprobs: Tensor, cap: float) -> Tensor:

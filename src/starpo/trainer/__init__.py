@@ -3,7 +3,7 @@
 from starpo.config import load_config
 from starpo.trainer import Trainer
 
-cfg = load_config("configs/cpu-bandit-starpo-s.yaml", ["trainer.total_steps=10"])
+cfg = load_config("cpu-bandit-starpo-s", ["trainer.total_steps=10"])  # a preset, or a path
 Trainer(cfg, "runs/demo").train()
 """
 

@@ -57,7 +57,7 @@ class TrainBatch:
 
 
 def build_batch(
-    trajectories: list[Trajectory], pad_token_id: int, per_turn_rewards: bool, group_offset: int = 0
+    trajectories: list[Trajectory], pad_token_id: int, per_turn_rewards: bool
 ) -> TrainBatch:
     """Pad trajectories into a TrainBatch; rewards are the training rewards (with penalties)."""
     width = max(len(t.token_ids) for t in trajectories)
@@ -84,5 +84,5 @@ def build_batch(
         turn_rewards=turn_rewards,
         turn_ends=turn_ends,
         scores=torch.tensor([t.reward for t in trajectories], dtype=torch.float),
-        group_ids=torch.tensor([t.group + group_offset for t in trajectories]),
+        group_ids=torch.tensor([t.group for t in trajectories]),
     )

@@ -1,10 +1,8 @@
-"""The StarPO loop. One iteration, top to bottom: rollout, filter, advantages, update, log,
-validate, checkpoint."""
+"""The StarPO loop. One step, top to bottom (`Trainer.train_step`): rollout, filter,
+advantages, update, log; then validate, diagnose and checkpoint (`Trainer.train`)."""
 
 from __future__ import annotations
 
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -12,32 +10,27 @@ import torch
 
 from starpo.algorithms import filter_groups
 from starpo.config import TrainConfig, config_to_dict, save_config
-from starpo.diagnostics import (
-    Alert,
-    AlertLog,
-    CollapseDetector,
-    DetectorConfig,
-    DetectorVerdict,
-    ResponseMemory,
-    echo_trap_metrics,
-    state_metrics,
-)
+from starpo.diagnostics import ResponseMemory, echo_trap_metrics
 from starpo.envs import make
-from starpo.rollout.engine import RolloutEngine, RolloutSettings
-from starpo.rollout.evaluate import ModelEvalResult, play_seeds, summarise_trajectories
-from starpo.rollout.hf_backend import HFBackend
-from starpo.trainer.batch import build_batch
+from starpo.logs import console_logger
+from starpo.registry import GENERATION_BACKENDS
+from starpo.rollout.engine import RolloutEngine
+from starpo.rollout.evaluate import ModelEvalResult, play_seeds
+from starpo.runs import RunFolder
+from starpo.timing import Timer
+from starpo.trainer.batch import TrainBatch, build_batch
 from starpo.trainer.checkpoint import (
     capture_rng_state,
     find_resume_point,
-    latest_checkpoint,
     load_checkpoint,
     restore_rng_state,
     save_checkpoint,
 )
+from starpo.trainer.collapse import CollapseGuard
 from starpo.trainer.models import (
     TrainModels,
     build_models,
+    export_policy,
     load_trainable_state,
     trainable_state,
 )
@@ -47,24 +40,17 @@ from starpo.trainer.sinks import RunLogger, format_step_line
 from starpo.trainer.update import SkipCounter, ppo_update, prepare
 from starpo.types import Trajectory
 
+log = console_logger("starpo.trainer")
+
 
 def rollout_metrics(prefix: str, result: ModelEvalResult) -> dict[str, float]:
-    """Namespaced episode statistics: `train/<env>/success`, `val/<env>/success`, ..."""
-    summary = summarise_trajectories(result)
-    low, high = summary.pop("success_rate_ci95")
-    renamed = {
-        "success_rate": "success",
-        "mean_reward": "reward",
-        "mean_train_reward": "train_reward",
-        "format_ok_rate": "format_ok",
-        "mean_actions": "num_actions",
-        "mean_turns": "num_turns",
-    }
+    """The episode summary (`starpo.evaluation.summarise`, the keys of `starpo eval`'s
+    summary.json) under `prefix`: `train/<env>/success`, `val/<env>/success`, ..."""
+    summary = result.summary()
     speed = summary.pop("generation_tokens_per_s")
-    out = {f"{prefix}/{renamed.get(k, k)}": float(v) for k, v in summary.items()}
+    out = {f"{prefix}/{k}": float(v) for k, v in summary.items()}
     # A timing, so under perf/ (runs compare exactly on everything but timings).
-    out[f"perf/{prefix.split('/')[0]}_generated_tokens_per_s"] = speed
-    out[f"{prefix}/success_ci95_low"], out[f"{prefix}/success_ci95_high"] = low, high
+    out[f"perf/{prefix.split('/')[0]}_generation_tokens_per_s"] = speed
     return out
 
 
@@ -74,21 +60,6 @@ def group_rewards(trajectories: list[Trajectory]) -> list[list[float]]:
     for t in trajectories:
         groups.setdefault(t.group, []).append(t.reward)
     return [groups[g] for g in sorted(groups)]
-
-
-def skipped_updates_alert(step: int, skipped: int, skips: SkipCounter) -> Alert:
-    """The alert of a step whose updates were skipped for NaN/Inf (see `ppo_update`)."""
-    return Alert(
-        step=step,
-        rule="non_finite_update",
-        severity="warning",
-        message=(
-            f"{skipped} update(s) skipped: non-finite loss or gradient norm; the run stops "
-            f"after {skips.limit} in a row (now {skips.consecutive})"
-        ),
-        value=float(skipped),
-        threshold=0.0,
-    )
 
 
 class Trainer:
@@ -110,6 +81,7 @@ class Trainer:
         from starpo.models.loading import resolve_device, resolve_dtype
 
         self.cfg, self.run_dir, self.quiet = cfg, Path(run_dir), quiet
+        self.folder = RunFolder(self.run_dir)
         make(cfg.env.id, **cfg.env.kwargs)  # bad env ids / kwargs fail before the model loads
         make(cfg.env.validation_id, **cfg.env.validation_kwargs)
         if cfg.trainer.num_threads:
@@ -123,32 +95,25 @@ class Trainer:
         self.models: TrainModels = build_models(cfg, model, tokenizer, self.precision)
         self.optimizers: Optimizers = build_optimizers(cfg, self.models.actor, self.models.critic)
         self.skips = SkipCounter(cfg.optim.max_skipped_updates)
-        self.backend = HFBackend(
-            self.models.actor,
-            pad_token_id=tokenizer.pad_token_id,
-            compute_dtype=self.precision.compute_dtype,
+        self.updates = 0  # optimizer updates so far: the policy's version for the backend
+        self.backend = GENERATION_BACKENDS[cfg.rollout.backend](
+            self.models.actor, tokenizer, compute_dtype=self.precision.compute_dtype
         )
         recompute = cfg.algorithm.recompute_old_logprobs
-        # auto: the rollout's log-probs are exact only when it computes as the update does.
-        self.recompute_old_logprobs = self.precision.mixed if recompute is None else recompute
-        base = cfg.rollout.settings_kwargs()
-        self.train_engine = RolloutEngine(self.backend, tokenizer, RolloutSettings(**base))
-        val = cfg.rollout.settings_kwargs(temperature=cfg.trainer.val_temperature)
-        self.val_engine = RolloutEngine(self.backend, tokenizer, RolloutSettings(**val))
+        # auto: the rollout's log-probs serve as old log-probs only if the backend computes
+        # exactly as the update does.
+        exact = self.backend.numerics.exact_logprobs
+        self.recompute_old_logprobs = (not exact) if recompute is None else recompute
+        self.train_engine = RolloutEngine(self.backend, tokenizer, cfg.rollout.settings())
+        val_settings = cfg.rollout.settings(temperature=cfg.trainer.val_temperature)
+        self.val_engine = RolloutEngine(self.backend, tokenizer, val_settings)
         self.start_step = 0
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.detector = CollapseDetector(DetectorConfig())
         self.memory = ResponseMemory()
-        self.alerts = AlertLog(self.run_dir / "alerts.jsonl")
-        self.rollbacks = 0
-        self.runtime_config: dict[str, dict[str, Any]] = {}  # config changed while running
-        self._alerting: set[str] = set()
-        if not resume:
-            self.alerts.path.unlink(missing_ok=True)  # a new run starts a new alert log
+        self.guard = CollapseGuard(cfg.diagnostics, self.run_dir, self.say, resume=resume)
         if resume:
             self._resume()
-            self.alerts.truncate_after(self.start_step)
-        save_config(cfg, self.run_dir / "config.yaml")
+        save_config(cfg, self.folder.config)
         self.logger = RunLogger(
             self.run_dir,
             tensorboard=cfg.trainer.tensorboard,
@@ -161,8 +126,20 @@ class Trainer:
         if resume:
             self.logger.truncate_after(self.start_step)
 
-    # ------------------------------------------------------------------------ setup
-    def _step_generator(self, step: int, purpose: int) -> int:
+    def say(self, message: str) -> None:
+        """A console line (logger "starpo.trainer"), unless quiet."""
+        if not self.quiet:
+            log.info(message)
+
+    @property
+    def rollbacks(self) -> int:
+        return self.guard.rollbacks
+
+    @property
+    def alerts(self):  # the run's alert log (alerts.jsonl)
+        return self.guard.alerts
+
+    def _seed(self, step: int, purpose: int) -> int:
         """A seed per (run seed, step, purpose): resumed runs sample exactly the same."""
         return (self.cfg.trainer.seed * 1_000_003 + step) * 10 + purpose
 
@@ -176,16 +153,17 @@ class Trainer:
             if self.start_step == 0 and self.cfg.trainer.val_before_train:
                 history.append(self._log(0, self.validate(0)))
             for step in range(self.start_step + 1, last + 1):
-                started = time.perf_counter()
-                metrics = self.train_step(step)
-                if self._due(step, self.cfg.trainer.val_every):
-                    metrics.update(self.validate(step))
-                metrics["timing_s/step"] = time.perf_counter() - started
-                verdict = self.diagnose(step, metrics)
+                timer = Timer()
+                with timer("step"):
+                    metrics = self.train_step(step)
+                    if self._due(step, self.cfg.trainer.val_every):
+                        metrics.update(self.validate(step))
+                metrics.update(timer.metrics())
+                verdict = self.guard.diagnose(step, metrics, self.skips)
                 history.append(self._log(step, metrics))
                 if self._due(step, self.cfg.trainer.save_every) or step == last:
                     self.save(step, healthy=verdict.state == "healthy")
-                if verdict.state == "collapse" and self._on_collapse(step):
+                if verdict.state == "collapse" and self.guard.respond(step, self):
                     break
             if last == total:
                 self.export_final()
@@ -197,41 +175,36 @@ class Trainer:
         return step == self.cfg.trainer.total_steps or (every > 0 and step % every == 0)
 
     def train_step(self, step: int) -> dict[str, float]:
-        cfg, timings = self.cfg, {}
-        started = time.perf_counter()
+        """One StarPO iteration: rollout -> filter -> advantages -> update; its metrics."""
+        timer = Timer()
+        with timer("rollout"):
+            trajectories, metrics = self.rollout(step)
+        kept = self.filter(trajectories, metrics)
+        with timer("update"):
+            batch = self.batch(kept)
+            metrics.update(prepare(batch, self.models, self.cfg, self.recompute_old_logprobs))
+            metrics.update(self.update(step, batch))
+        metrics["perf/tokens_per_s"] = int(batch.attention_mask.sum()) / max(
+            timer.seconds["update"], 1e-9
+        )
+        self.logger.log_trajectories(step, trajectories, self.cfg.trainer.log_trajectories)
+        return {**metrics, **timer.metrics()}
+
+    def rollout(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
+        """Play this step's env groups (fresh seeds) with the current policy."""
+        cfg = self.cfg
         first_seed = cfg.rollout.train_seed_start + (step - 1) * cfg.rollout.num_groups
         seeds = list(range(first_seed, first_seed + cfg.rollout.num_groups))
-        self.backend.generator.manual_seed(self._step_generator(step, 1))
-        gen_before = self.train_engine.generation_seconds
+        self.backend.seed(self._seed(step, 1))
+        generating = self.train_engine.generation_seconds
         trajectories = self.train_engine.run(
             cfg.env.id, seeds, cfg.rollout.group_size, env_kwargs=cfg.env.kwargs
         )
-        result = ModelEvalResult(trajectories, self.train_engine.generation_seconds - gen_before)
-        metrics = rollout_metrics(f"train/{cfg.env.id}", result)
+        generating = self.train_engine.generation_seconds - generating
+        metrics = rollout_metrics(f"train/{cfg.env.id}", ModelEvalResult(trajectories, generating))
         metrics.update(echo_trap_metrics(trajectories, self.memory))
         self.memory.add(trajectories)
-        timings["timing_s/rollout"] = time.perf_counter() - started
-        kept = self.filter(trajectories, metrics)
-        started = time.perf_counter()
-        batch = build_batch(
-            kept,
-            self.models.tokenizer.pad_token_id,
-            per_turn_rewards=cfg.algorithm.reward_placement == "per_turn",
-        )
-        batch = batch.to(next(self.models.actor.parameters()).device)
-        metrics.update(prepare(batch, self.models, cfg, self.recompute_old_logprobs))
-        generator = torch.Generator().manual_seed(self._step_generator(step, 2))
-        metrics.update(ppo_update(batch, self.models, self.optimizers, cfg, generator, self.skips))
-        timings["timing_s/update"] = time.perf_counter() - started
-        tokens = int(batch.attention_mask.sum())
-        metrics["perf/tokens_per_s"] = tokens / max(timings["timing_s/update"], 1e-9)
-        metrics["response_length/mean"] = metrics[f"train/{cfg.env.id}/mean_response_tokens"]
-        metrics["response_length/think_mean"] = metrics[f"train/{cfg.env.id}/mean_think_tokens"]
-        metrics["actor/lr"] = self.optimizers.actor.param_groups[0]["lr"]  # for the next update
-        if self.optimizers.critic is not None:
-            metrics["critic/lr"] = self.optimizers.critic.param_groups[0]["lr"]
-        self.logger.log_trajectories(step, trajectories, cfg.trainer.log_trajectories)
-        return {**metrics, **timings}
+        return trajectories, metrics
 
     def filter(self, trajectories: list[Trajectory], metrics: dict[str, float]) -> list[Trajectory]:
         """StarPO-S: keep the groups whose rewards vary most (all groups when off)."""
@@ -240,176 +213,115 @@ class Trainer:
         result = filter_groups(group_rewards(trajectories), ratio, cfg.mode)
         metrics["rollout/in_group_std"] = result.std_all
         metrics["rollout/kept_in_group_std"] = result.std_kept
-        metrics["rollout/zero_std_groups"] = sum(s == 0 for s in result.group_std) / len(
-            result.group_std
-        )
+        metrics["rollout/zero_std_groups"] = result.zero_std_groups
         kept = set(result.kept)
         chosen = [t for t in trajectories if t.group in kept]
         metrics["rollout/kept_trajectories"] = len(chosen)
         return chosen
 
-    def validate(self, step: int) -> dict[str, float]:
-        cfg = self.cfg.trainer
-        started = time.perf_counter()
-        self.backend.generator.manual_seed(self._step_generator(0, 3))  # same every time
-        seeds = list(range(cfg.val_seed_start, cfg.val_seed_start + cfg.val_seeds))
-        result = play_seeds(
-            self.val_engine,
-            self.cfg.env.validation_id,
-            seeds,
-            cfg.val_group_size,
-            batch_size=cfg.val_batch_size,
-            env_kwargs=self.cfg.env.validation_kwargs,
+    def batch(self, trajectories: list[Trajectory]) -> TrainBatch:
+        """Padded training tensors of the kept trajectories, on the actor's device."""
+        batch = build_batch(
+            trajectories,
+            self.models.tokenizer.pad_token_id,
+            per_turn_rewards=self.cfg.algorithm.reward_placement == "per_turn",
         )
-        self.logger.log_validation_trajectories(step, result.trajectories)
-        metrics = rollout_metrics(f"val/{self.cfg.env.validation_id}", result)
-        metrics["timing_s/validation"] = time.perf_counter() - started
+        return batch.to(next(self.models.actor.parameters()).device)
+
+    def update(self, step: int, batch: TrainBatch) -> dict[str, float]:
+        """PPO epochs over the batch, then hand the new weights to the backend."""
+        generator = torch.Generator().manual_seed(self._seed(step, 2))
+        metrics = ppo_update(batch, self.models, self.optimizers, self.cfg, generator, self.skips)
+        self.updates += 1
+        self.backend.update_weights(self.models.actor, self.updates)
+        metrics["actor/lr"] = self.optimizers.actor.param_groups[0]["lr"]  # the next update's
+        if self.optimizers.critic is not None:
+            metrics["critic/lr"] = self.optimizers.critic.param_groups[0]["lr"]
         return metrics
+
+    def validate(self, step: int) -> dict[str, float]:
+        cfg, timer = self.cfg.trainer, Timer()
+        with timer("validation"):
+            self.backend.seed(self._seed(0, 3))  # the same samples every time
+            seeds = list(range(cfg.val_seed_start, cfg.val_seed_start + cfg.val_seeds))
+            result = play_seeds(
+                self.val_engine,
+                self.cfg.env.validation_id,
+                seeds,
+                cfg.val_group_size,
+                batch_size=cfg.val_batch_size,
+                env_kwargs=self.cfg.env.validation_kwargs,
+            )
+            self.logger.log_validation_trajectories(step, result.trajectories)
+            metrics = rollout_metrics(f"val/{self.cfg.env.validation_id}", result)
+        return {**metrics, **timer.metrics()}
 
     def _log(self, step: int, metrics: dict[str, float]) -> dict[str, Any]:
         self.logger.log(step, metrics)
-        if not self.quiet:
-            train, val = f"train/{self.cfg.env.id}", f"val/{self.cfg.env.validation_id}"
-            keys = {
-                "success": f"{train}/success",
-                "reward": f"{train}/reward",
-                "format_ok": f"{train}/format_ok",
-                "entropy": "actor/entropy",
-                "grad_norm": "actor/grad_norm",
-                "val_success": f"{val}/success",
-            }
-            line = format_step_line(step, self.cfg.trainer.total_steps, metrics, keys)
-            print(line, file=sys.stderr, flush=True)
+        train, val = f"train/{self.cfg.env.id}", f"val/{self.cfg.env.validation_id}"
+        keys = {
+            "success": f"{train}/success",
+            "reward": f"{train}/reward",
+            "format_ok": f"{train}/format_ok",
+            "entropy": "actor/entropy",
+            "grad_norm": "actor/grad_norm",
+            "val_success": f"{val}/success",
+        }
+        self.say(format_step_line(step, self.cfg.trainer.total_steps, metrics, keys))
         return {"step": step, **metrics}
-
-    # ----------------------------------------------------------------- diagnostics
-    def diagnose(self, step: int, metrics: dict[str, float]) -> DetectorVerdict:
-        """Feed the collapse detector; log its state and alerts (metrics, alerts.jsonl, console)."""
-        verdict = self.detector.update(step, metrics)
-        skipped = int(metrics.get("actor/skipped_steps", 0))
-        if skipped:
-            verdict.alerts.append(skipped_updates_alert(step, skipped, self.skips))
-            verdict.state = "collapse" if verdict.state == "collapse" else "warning"
-        metrics.update(state_metrics(verdict))
-        metrics["diagnostics/rollbacks"] = float(self.rollbacks)
-        self.alerts.write(verdict)
-        new = [a for a in verdict.alerts if a.rule not in self._alerting]
-        self._alerting = {a.rule for a in verdict.alerts}  # print a rule when it starts firing
-        if not self.quiet:
-            for alert in new:
-                print(
-                    f"  [{alert.severity}] step {step} {alert.rule}: {alert.message}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-        return verdict
-
-    def _on_collapse(self, step: int) -> bool:
-        """Act on a collapse as `trainer.on_collapse` says; True means stop training."""
-        action = self.cfg.trainer.on_collapse
-        if action == "warn":
-            return False
-        if action == "stop":
-            print(
-                f"collapse detected at step {step}: stopping (trainer.on_collapse=stop)",
-                file=sys.stderr,
-                flush=True,
-            )
-            self.save(step, healthy=False)
-            return True
-        return not self._rollback(step)
-
-    def _rollback(self, step: int) -> bool:
-        """Restore the last healthy checkpoint and continue more conservatively: half the
-        learning rates, and uncertainty filtering on. False when there is nothing to restore."""
-        healthy = latest_checkpoint(self.run_dir / "healthy")
-        if healthy is None:
-            print(
-                f"collapse at step {step} and no healthy checkpoint yet: stopping",
-                file=sys.stderr,
-                flush=True,
-            )
-            return False
-        state = load_checkpoint(healthy)
-        # Weights and optimizer moments go back; the schedule keeps its place, at half rate.
-        self._load_weights(state, schedules=False)
-        self.optimizers.scale_lr(0.5)
-        if not self.cfg.filter.enabled:
-            self.cfg.filter.enabled, self.cfg.filter.ratio = True, 0.5
-        # config.yaml keeps what the user asked for; checkpoints carry this live change.
-        self.runtime_config = {"filter": {"enabled": True, "ratio": self.cfg.filter.ratio}}
-        self.detector = CollapseDetector(DetectorConfig())  # judge the new course afresh
-        self.rollbacks += 1
-        print(
-            f"collapse at step {step}: rolled back to step {state['step']}, halved the "
-            f"learning rates, filter on (ratio {self.cfg.filter.ratio})",
-            file=sys.stderr,
-            flush=True,
-        )
-        return True
 
     # ----------------------------------------------------------------- checkpoints
     def save(self, step: int, healthy: bool = True) -> Path:
         """A checkpoint in `checkpoints/`; with `on_collapse=rollback`, a healthy step is also
         kept in `healthy/` (never pruned by newer, possibly collapsing, checkpoints)."""
-        models, optimizers = self.models, self.optimizers
+        models, guard = self.models, self.guard.state_dict()
         state = {
             "step": step,
             "actor": trainable_state(models.actor),
             "critic": trainable_state(models.critic) if models.critic is not None else None,
-            **optimizers.state_dict(),  # optimizers and learning-rate schedules
+            **self.optimizers.state_dict(),  # optimizers and learning-rate schedules
             "rng": capture_rng_state(),
             "config": config_to_dict(self.cfg),
             "diagnostics": {
-                "detector": self.detector.state_dict(),
+                "detector": guard["detector"],
                 "memory": self.memory.state_dict(),
-                "rollbacks": self.rollbacks,
+                "rollbacks": guard["rollbacks"],
             },
             "trainer_state": {
-                "runtime_config": self.runtime_config,  # changed by a rollback
+                "runtime_config": guard["runtime_config"],  # changed by a rollback
                 "consecutive_skips": self.skips.consecutive,
+                "updates": self.updates,
             },
         }
         if healthy and self.cfg.trainer.on_collapse == "rollback":
-            save_checkpoint(self.run_dir / "healthy", step, state, keep=1)
+            save_checkpoint(self.folder.healthy, step, state, keep=1)
         return save_checkpoint(self.run_dir, step, state, keep=self.cfg.trainer.keep_checkpoints)
 
-    def _load_weights(self, state: dict[str, Any], schedules: bool = True) -> None:
+    def load_weights(self, state: dict[str, Any], schedules: bool = True) -> None:
+        """Trainable weights and optimizer state (and the schedules) from a checkpoint."""
         load_trainable_state(self.models.actor, state["actor"])
         if self.models.critic is not None:
             load_trainable_state(self.models.critic, state["critic"])
         self.optimizers.load_state_dict(state, schedules=schedules)
+        self.backend.update_weights(self.models.actor, self.updates)
 
     def _resume(self) -> None:
         state = load_checkpoint(find_resume_point(self.run_dir))
-        self._load_weights(state)
-        restore_rng_state(state["rng"])
         trainer_state = state.get("trainer_state") or {}
+        self.updates = int(trainer_state.get("updates", 0))
+        self.load_weights(state)
+        restore_rng_state(state["rng"])
         self.skips.consecutive = int(trainer_state.get("consecutive_skips", 0))
-        self.runtime_config = trainer_state.get("runtime_config") or {}
-        for section, values in self.runtime_config.items():
-            for key, value in values.items():
-                setattr(getattr(self.cfg, section), key, value)
-            if not self.quiet:
-                print(f"resumed with {section} {values} (set by a rollback)", file=sys.stderr)
-        diagnostics = state.get("diagnostics")
-        if diagnostics:
-            self.detector.load_state_dict(diagnostics["detector"])
-            self.memory.load_state_dict(diagnostics["memory"])
-            self.rollbacks = diagnostics["rollbacks"]
         self.start_step = int(state["step"])
-        if not self.quiet:
-            print(f"resumed from step {self.start_step}", file=sys.stderr)
+        diagnostics = state.get("diagnostics") or {}
+        if diagnostics:
+            self.memory.load_state_dict(diagnostics["memory"])
+        guard = {**diagnostics, "runtime_config": trainer_state.get("runtime_config")}
+        self.guard.load_state_dict(guard, self.cfg, self.start_step)
+        self.say(f"resumed from step {self.start_step}")
 
     def export_final(self) -> Path:
         """`run_dir/final/`: the trained policy as a Hugging Face folder (LoRA merged), so
         `starpo eval --policy model --model RUN/final` evaluates it."""
-        folder = self.run_dir / "final"
-        actor = self.models.actor
-        if self.models.uses_lora:
-            import copy
-
-            actor = copy.deepcopy(actor).merge_and_unload()
-        actor.save_pretrained(folder)
-        self.models.tokenizer.save_pretrained(folder)
-        return folder
+        models = self.models
+        return export_policy(models.actor, models.tokenizer, self.folder.final, models.uses_lora)

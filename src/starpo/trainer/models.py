@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -75,11 +76,6 @@ def build_models(
     a LoRA base) in its compute dtype; see `starpo.trainer.precision`.
     """
     precision = precision or Precision()
-    if cfg.model.critic_name not in (None, cfg.model.name):
-        raise UserError(
-            "model.critic_name: a critic from another model is not supported yet; "
-            "leave it empty to start the critic from the actor's weights"
-        )
     critic = None
     if cfg.algorithm.uses_critic:
         backbone = copy.deepcopy(actor.base_model)
@@ -108,10 +104,6 @@ def build_models(
     return TrainModels(actor, tokenizer, critic, reference, lora, precision)
 
 
-def trainable_parameters(module: nn.Module) -> list[nn.Parameter]:
-    return [p for p in module.parameters() if p.requires_grad]
-
-
 def trainable_state(module: nn.Module) -> dict[str, torch.Tensor]:
     """The trainable tensors (all weights, or only LoRA adapters and the value head)."""
     names = {n for n, p in module.named_parameters() if p.requires_grad}
@@ -126,3 +118,15 @@ def load_trainable_state(module: nn.Module, state: dict[str, torch.Tensor]) -> N
             f"e.g. {sorted(missing)[0]}); resume with the config it was saved with"
         )
     module.load_state_dict(state, strict=False)
+
+
+def export_policy(actor: nn.Module, tokenizer: Any, folder: Path, uses_lora: bool) -> Path:
+    """Write the policy as a plain Hugging Face folder (LoRA merged into a copy), which
+    transformers, TRL and vLLM load by the architecture named in its config.json."""
+    from starpo.models.embedded import write_tokenizer
+
+    if uses_lora:
+        actor = copy.deepcopy(actor).merge_and_unload()
+    actor.save_pretrained(folder)
+    write_tokenizer(tokenizer, folder)
+    return folder

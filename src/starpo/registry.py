@@ -1,0 +1,139 @@
+"""The extension points of starpo, by name: one place to add an advantage estimator, a loss
+aggregation, a KL estimator, a filter mode or a generation backend.
+
+Each entry names its implementation as "module:attribute" and is imported only when used,
+so this module (and the config, whose choices and checks read it) never imports torch:
+
+    from starpo.registry import ADVANTAGE_ESTIMATORS
+    ADVANTAGE_ESTIMATORS.register("my_adv", "my_package.adv:my_estimator", critic=False)
+    ADVANTAGE_ESTIMATORS["gae"]         # the function itself (imports its module)
+    "gae" in ADVANTAGE_ESTIMATORS       # a name check, no import
+
+Adding one to starpo is one edit: its function, plus its line below.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from starpo.errors import closest_match
+
+
+class Registry(Mapping[str, Any]):
+    """Names -> implementations ("module:attribute" strings, or objects), imported lazily.
+
+    A read-only mapping for the code that uses it (`registry[name]`, iteration, `in`), plus
+    `register` for extensions and `info(name)`: facts the config needs without importing
+    the implementation (e.g. whether an advantage estimator needs a critic).
+    """
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind  # e.g. "advantage estimator", used in messages
+        self._targets: dict[str, str | Any] = {}
+        self._info: dict[str, dict[str, Any]] = {}
+        self._loaded: dict[str, Any] = {}
+
+    def register(self, name: str, target: str | Any, **info: Any) -> None:
+        """Add `name` (a "module:attribute" string or the object itself) with its facts."""
+        if name in self._targets:
+            raise ValueError(f"{self.kind} {name!r} is already registered")
+        self._targets[name] = target
+        self._info[name] = info
+
+    def info(self, name: str) -> dict[str, Any]:
+        self._check(name)
+        return dict(self._info[name])
+
+    def _check(self, name: str) -> None:
+        if name not in self._targets:
+            guess = closest_match(str(name), list(self._targets))
+            hint = f"; did you mean {guess!r}?" if guess else ""
+            raise KeyError(f"unknown {self.kind} {name!r}; valid: {', '.join(sorted(self))}{hint}")
+
+    def __getitem__(self, name: str) -> Any:
+        self._check(name)
+        if name not in self._loaded:
+            target = self._targets[name]
+            if isinstance(target, str):
+                module, _, attribute = target.partition(":")
+                target = getattr(importlib.import_module(module), attribute)
+            self._loaded[name] = target
+        return self._loaded[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._targets  # no import
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._targets)
+
+    def __len__(self) -> int:
+        return len(self._targets)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._targets)
+
+
+def _registry(kind: str, entries: dict[str, tuple[str, dict[str, Any]]]) -> Registry:
+    registry = Registry(kind)
+    for name, (target, info) in entries.items():
+        registry.register(name, target, **info)
+    return registry
+
+
+_ADV = "starpo.algorithms.advantages"
+_LOSS = "starpo.algorithms.losses"
+
+#: (inputs, params) -> (advantages, returns); info: critic = needs a value model.
+ADVANTAGE_ESTIMATORS = _registry(
+    "advantage estimator",
+    {
+        "gae": (f"{_ADV}:gae_estimator", {"critic": True}),
+        "grpo": (f"{_ADV}:grpo_estimator", {"critic": False}),
+        "bi_level_gae": (f"{_ADV}:bi_level_estimator", {"critic": True}),
+    },
+)
+
+#: (numerator(loss_mat, mask), count(mask)): see starpo.algorithms.losses.aggregate.
+LOSS_AGGREGATIONS = _registry(
+    "loss aggregation",
+    {
+        "token_mean": (f"{_LOSS}:TOKEN_MEAN", {}),
+        "seq_mean_token_mean": (f"{_LOSS}:SEQ_MEAN_TOKEN_MEAN", {}),
+        "seq_mean_token_sum": (f"{_LOSS}:SEQ_MEAN_TOKEN_SUM", {}),
+    },
+)
+
+#: (logprobs, ref_logprobs) -> per-token KL estimate.
+KL_ESTIMATORS = _registry(
+    "KL estimator",
+    {
+        "k1": (f"{_LOSS}:kl_k1", {}),
+        "k2": (f"{_LOSS}:kl_k2", {}),
+        "k3": (f"{_LOSS}:kl_k3", {}),
+    },
+)
+
+#: group stds -> group indices, most wanted first.
+FILTER_MODES = _registry(
+    "filter mode",
+    {
+        "top_std": ("starpo.algorithms.filtering:highest_std_first", {}),
+        "bottom_std": ("starpo.algorithms.filtering:lowest_std_first", {}),
+    },
+)
+
+#: (model, tokenizer, *, compute_dtype, seed) -> a GenerationBackend.
+GENERATION_BACKENDS = _registry(
+    "generation backend",
+    {"hf": ("starpo.rollout.hf_backend:build_hf_backend", {})},
+)
+
+
+def lookup(registry: Registry, name: str) -> Callable[..., Any] | Any:
+    """`registry[name]` with a ValueError (not KeyError) naming the valid choices."""
+    try:
+        return registry[name]
+    except KeyError as error:
+        raise ValueError(error.args[0]) from None
