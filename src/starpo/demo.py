@@ -20,7 +20,7 @@ from starpo.evaluation import run_episode
 
 DEMO_ENVS = ("bandit", "bandit-rev", "frozenlake", "sokoban", "sokoban-large", "sokoban-newvocab")
 DEMO_SEED = 123
-DEMO_PRESET = Path(__file__).resolve().parents[2] / "configs" / "cpu-bandit-starpo-s.yaml"
+DEMO_PRESET = "cpu-bandit-starpo-s"  # shipped in starpo/configs/
 
 
 # --------------------------------------------------------------------- env showcase

@@ -31,6 +31,7 @@ from starpo.models.embedded import INSTALL_COMMAND, MARKER_FILE, is_complete
 # --- the embedded default model and its cache -------------------------------------------
 
 
+@pytest.mark.slow
 def test_first_load_writes_a_complete_cache(default_model, starpo_cache):
     model, tokenizer = default_model
     folder = starpo_cache / "models" / DEFAULT_MODEL
@@ -41,12 +42,16 @@ def test_first_load_writes_a_complete_cache(default_model, starpo_cache):
     assert [p.name for p in folder.parent.iterdir()] == [DEFAULT_MODEL]  # no temp leftovers
     config = json.loads((folder / "config.json").read_text())
     assert "quantization_config" not in config
+    assert config["architectures"] == ["LlamaForCausalLM"]  # TRL picks the class from it
+    tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
+    assert tokenizer_config["tokenizer_class"] == "PreTrainedTokenizerFast"
     assert not model.training
     assert next(model.parameters()).dtype == torch.float32
     assert 130e6 < sum(p.numel() for p in model.parameters()) < 140e6
     assert tokenizer.chat_template and tokenizer.pad_token_id is not None
 
 
+@pytest.mark.slow
 def test_cached_weights_equal_the_gguf_tensors(default_model):
     """Dequantise a few tensors straight from the GGUF file (no transformers involved)."""
     import gguf
@@ -70,6 +75,33 @@ def test_cached_weights_equal_the_gguf_tensors(default_model):
     assert torch.equal(model.lm_head.weight, model.model.embed_tokens.weight)  # tied
 
 
+@pytest.mark.slow
+def test_cache_folder_loads_in_plain_transformers(default_model):
+    """Other tools read the cache folder with plain transformers calls, no starpo code."""
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model, tokenizer = default_model
+    folder = default_model_dir()
+    plain = AutoModelForCausalLM.from_pretrained(folder).eval()
+    named = transformers.AutoConfig.from_pretrained(folder).architectures
+    assert type(plain).__name__ == named[0] == "LlamaForCausalLM"
+    assert type(getattr(transformers, named[0]).from_pretrained(folder)) is type(plain)  # TRL
+    ids = torch.tensor([[1, 42, 7, 999, 2]])
+    with torch.no_grad():
+        assert torch.allclose(plain(ids).logits, model(ids).logits, atol=1e-5)
+    plain_tokenizer = AutoTokenizer.from_pretrained(folder)
+    messages = [{"role": "user", "content": "Turn 1:\nState:\n_P_O"}]
+    assert plain_tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True
+    ) == tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert (
+        plain_tokenizer("<think> Up || Left").input_ids == tokenizer("<think> Up || Left").input_ids
+    )
+    assert plain_tokenizer.eos_token == "<|im_end|>"
+
+
+@pytest.mark.slow
 def test_second_load_reads_the_cache_not_the_gguf(default_model, monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("the GGUF file was read although the cache is complete")
@@ -82,6 +114,7 @@ def test_second_load_reads_the_cache_not_the_gguf(default_model, monkeypatch):
     assert load_tokenizer() is tokenizer  # the in-process tokenizer cache
 
 
+@pytest.mark.slow
 def test_real_model_greedy_generation_smoke(default_model):
     model, tokenizer = default_model
     messages = [{"role": "user", "content": "What is the capital of France?"}]
@@ -94,6 +127,7 @@ def test_real_model_greedy_generation_smoke(default_model):
     assert text.strip()
 
 
+@pytest.mark.slow
 def test_stop_token_ids_hold_im_end_and_eos(default_model):
     model, tokenizer = default_model
     ids = stop_token_ids(tokenizer)
@@ -150,14 +184,19 @@ def test_is_complete_detects_damage(tmp_path, damage):
     assert is_complete(folder) == (damage == "none")
 
 
-@pytest.mark.parametrize("damage", ["half written (no marker)", "truncated weights"])
+@pytest.mark.parametrize(
+    "damage", ["half written (no marker)", "truncated weights", "format 1 (no architectures)"]
+)
 def test_damaged_cache_is_rebuilt(tmp_path, monkeypatch, fake_gguf, capfd, damage):
     monkeypatch.setenv("STARPO_CACHE", str(tmp_path))
     target = _fake_complete_folder(tmp_path / "models" / DEFAULT_MODEL)
+    marker = target / MARKER_FILE
     if damage.startswith("half"):
-        (target / MARKER_FILE).unlink()
-    else:
+        marker.unlink()
+    elif damage.startswith("truncated"):
         (target / "model.safetensors").write_bytes(b"x")
+    else:  # complete, but written before config.json named its architecture
+        marker.write_text(json.dumps({**json.loads(marker.read_text()), "format": 1}))
     stale = tmp_path / "models" / f".{DEFAULT_MODEL}.tmp-killed"
     stale.mkdir()
     os.utime(stale, (time.time() - 7200, time.time() - 7200))
@@ -167,6 +206,7 @@ def test_damaged_cache_is_rebuilt(tmp_path, monkeypatch, fake_gguf, capfd, damag
     assert len(fake_gguf) == 1
     assert model.config.hidden_size == 64  # the stand-in, so the cache was rebuilt
     assert is_complete(target)
+    assert json.loads((target / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
     assert [p.name for p in target.parent.iterdir()] == [DEFAULT_MODEL]
     assert "converting the embedded GGUF" in capfd.readouterr().err
     load_model()
@@ -194,6 +234,44 @@ def test_round_trip_check_catches_a_wrong_copy(tmp_path):
         model.model.norm.weight.mul_(1.5)
     with pytest.raises(RuntimeError, match="differs"):
         embedded.check_round_trip(tmp_path, model)
+
+
+def test_round_trip_check_catches_a_missing_architecture(tmp_path):
+    model, _ = tiny_random_model(seed=1)
+    embedded.write_plain_model(model, tmp_path)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "architectures": None}))
+    with pytest.raises(RuntimeError, match="names the architectures"):
+        embedded.check_round_trip(tmp_path, model)
+
+
+def test_plain_folder_loads_like_a_hub_model(tmp_path):
+    """What the conversion writes (here from a tiny model) loads with plain transformers
+    calls, and through the class `config.json` names, as TRL loads it."""
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model, tokenizer = tiny_random_model(seed=4)
+    embedded.write_plain_model(model, tmp_path)
+    embedded.write_tokenizer(tokenizer, tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    assert config["tie_word_embeddings"] is True
+    assert (tmp_path / "generation_config.json").is_file()
+    plain = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    by_name = getattr(transformers, config["architectures"][0]).from_pretrained(tmp_path)
+    ids = torch.tensor([[1, 5, 9, 2]])
+    with torch.no_grad():
+        assert torch.allclose(plain(ids).logits, model(ids).logits, atol=1e-6)
+        assert torch.allclose(by_name.eval()(ids).logits, model(ids).logits, atol=1e-6)
+    tokenizer_config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    assert tokenizer_config["tokenizer_class"] == "PreTrainedTokenizerFast"
+    reread = AutoTokenizer.from_pretrained(tmp_path)
+    assert type(reread) is type(tokenizer)  # the same class under its portable name
+    text = "<|im_start|>user\nTurn 1: <think> Up || Left</think><|im_end|>"
+    assert reread(text).input_ids == tokenizer(text).input_ids
+    assert reread.chat_template == tokenizer.chat_template
+    assert reread.model_max_length == tokenizer.model_max_length
 
 
 # --- local folders, hub ids and argument errors ----------------------------------------
@@ -342,6 +420,7 @@ def test_tiny_model_rejects_bad_head_counts():
         tiny_random_model(num_heads=4, num_kv_heads=3)
 
 
+@pytest.mark.slow
 def test_default_model_name_needs_no_network(default_model, no_network):
     model, _ = load_model(DEFAULT_MODEL.upper())
     assert not model.training

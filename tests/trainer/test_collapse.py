@@ -10,6 +10,8 @@ import pytest
 
 from starpo.trainer.loop import Trainer
 
+pytestmark = pytest.mark.slow  # end-to-end Trainer.train() runs
+
 
 def _run(
     tmp_path: Path,
@@ -49,7 +51,7 @@ def test_healthy_run_stays_quiet(tmp_path, bigram_model, make_bandit_config):
     assert [h["diagnostics/state"] for h in history] == [0.0] * 14
     assert history[-1]["train/bandit/success"] > history[0]["train/bandit/success"]
     assert _alerts(tmp_path) == []
-    assert "diagnostics/distinct_2" in history[-1] and "diagnostics/reward_std" in history[-1]
+    assert "diagnostics/distinct_2" in history[-1] and "rollout/in_group_std" in history[-1]
 
 
 def test_collapsing_run_fires_and_warn_keeps_going(tmp_path, bigram_model, make_bandit_config):

@@ -48,6 +48,7 @@ SCHEDULE = {
 }
 
 
+@pytest.mark.slow
 def test_schedule_is_logged_and_resume_continues_it(
     tmp_path: Path, bigram_model, make_bandit_config
 ):
@@ -114,6 +115,7 @@ def _spy_on_steps(trainer: Trainer) -> dict[int, tuple]:
     return seen
 
 
+@pytest.mark.slow
 def test_non_finite_update_is_skipped_and_reported(
     tmp_path: Path, monkeypatch, bigram_model, make_bandit_config
 ):
@@ -136,6 +138,7 @@ def test_non_finite_update_is_skipped_and_reported(
     assert trainer.skips.consecutive == 0
 
 
+@pytest.mark.slow
 def test_consecutive_non_finite_updates_stop_the_run(
     tmp_path: Path, monkeypatch, bigram_model, make_bandit_config
 ):

@@ -11,6 +11,8 @@ import torch
 from starpo.trainer.loop import Trainer
 from starpo.trainer.sinks import read_metrics
 
+pytestmark = pytest.mark.slow  # end-to-end Trainer.train() runs
+
 
 @pytest.mark.parametrize("adv_estimator", ["grpo", "gae"])
 def test_training_raises_reward_and_changes_parameters(
@@ -36,7 +38,7 @@ def test_training_raises_reward_and_changes_parameters(
         "actor/approx_kl",
         "rollout/in_group_std",
         "rollout/kept_in_group_std",
-        "response_length/mean",
+        "train/bandit/mean_response_tokens",
         "timing_s/rollout",
         "timing_s/update",
         "perf/tokens_per_s",

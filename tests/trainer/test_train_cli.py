@@ -28,6 +28,7 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_train_cli_runs_the_smoke_preset_and_resumes(tmp_path: Path, tiny_model_dir: Path):
     out = tmp_path / "run"
     args = [

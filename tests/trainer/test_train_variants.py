@@ -11,6 +11,8 @@ import torch
 from starpo.trainer.checkpointing import decoder_layers
 from starpo.trainer.loop import Trainer
 
+pytestmark = pytest.mark.slow  # end-to-end Trainer.train() runs
+
 VARIANTS = {
     "vanilla-starpo-kl-loss-k3": {"algorithm.kl_coef": "0.001", "algorithm.clip_high": "0.2"},
     "kl-loss-k1-explicit": {"algorithm.kl_coef": "0.001", "algorithm.kl_estimator": "k1"},

@@ -44,7 +44,7 @@ from starpo.envs.frozenlake_solver import (
 )
 from starpo.errors import UserError
 
-#: Tile letter -> symbol shown to the agent when the player is elsewhere (REFERENCE.md).
+#: Tile letter -> symbol shown to the agent when the player is elsewhere (as in RAGEN).
 TILE_SYMBOLS = {START: "_", FROZEN: "_", HOLE: "O", GOAL: "G"}
 #: Tile letter -> symbol shown when the player stands on it.
 PLAYER_SYMBOLS = {START: "P", FROZEN: "P", HOLE: "X", GOAL: "√"}
@@ -188,7 +188,7 @@ class FrozenLakeEnv(TextEnv):
         return reward, tile in (HOLE, GOAL), self.position != old, extra
 
     def render(self) -> str:
-        """The map in REFERENCE.md symbols, rows joined by newlines."""
+        """The map in RAGEN's FrozenLake symbols, rows joined by newlines."""
         rows = self._rows()
         pr, pc = self.position
         return "\n".join(

