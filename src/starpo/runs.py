@@ -279,7 +279,9 @@ def load_jsonl(path: Path, *, limit: int | None = None) -> JsonlRead:
     result = read_jsonl(path, limit=limit)
     for line in result.skipped:
         if not line.torn:
-            raise UserError(f"{result.path}:{line.number} is {line.reason}")
+            raise UserError(
+                f"{result.path}:{line.number} is {line.reason}; fix or delete that line"
+            )
     return result
 
 
