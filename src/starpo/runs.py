@@ -285,6 +285,17 @@ def load_jsonl(path: Path, *, limit: int | None = None) -> JsonlRead:
     return result
 
 
+def truncate_jsonl(path: Path, step: int) -> None:
+    """Keep only the records of steps <= `step` (resuming from a checkpoint taken at
+    `step`), rewritten atomically; a half-written last line, left by the crash being
+    resumed from, is dropped with a warning. A missing file stays missing."""
+    if not Path(path).is_file():
+        return
+    read = load_jsonl(path)
+    warn_skipped(read)
+    rewrite_jsonl(path, (r for r in read.records if r["step"] <= step))
+
+
 def warn_skipped(result: JsonlRead) -> None:
     """Print `result`'s warning (if any) on stderr, as one `warning: ...` line."""
     message = result.warning()

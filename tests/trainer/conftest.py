@@ -14,6 +14,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from starpo.config import load_config
 from starpo.models import load_tokenizer
+from starpo.trainer.batch import TrainBatch
 
 # Each context token -> the tokens that follow it (the text pieces are tokenised below).
 CHAIN = {
@@ -103,3 +104,37 @@ def bigram_model():
 @pytest.fixture
 def make_bandit_config():
     return bandit_config
+
+
+def shared_prompt_batch(
+    prefix: int, tail: int, *, first_turn: int, last_agent: int, rows: int = 4
+) -> TrainBatch:
+    """Random rows sharing their first `prefix` tokens (none when 0), then `tail` tokens of
+    their own; agent tokens: the last `first_turn` of the shared part (a first turn) and the
+    last `last_agent` of each row. Row 1 is 3 tokens shorter (right padding)."""
+    g = torch.Generator().manual_seed(0)
+    shared = torch.randint(10, 5000, (1, prefix), generator=g).repeat(rows, 1)
+    ids = torch.cat([shared, torch.randint(10, 5000, (rows, tail), generator=g)], dim=1)
+    attention = torch.ones_like(ids)
+    attention[1, -3:] = 0  # a shorter, right-padded row
+    loss_mask = torch.zeros(ids.shape)
+    loss_mask[:, max(prefix - first_turn, 0) : prefix] = 1
+    loss_mask[:, -last_agent:] = 1
+    loss_mask = loss_mask * attention
+    zeros = torch.zeros(ids.shape)
+    return TrainBatch(
+        ids,
+        attention,
+        loss_mask,
+        zeros,
+        zeros,
+        zeros[:, :1],
+        zeros[:, :1].long(),
+        zeros[:, 0],
+        torch.zeros(rows, dtype=torch.long),
+    )
+
+
+@pytest.fixture
+def prompt_batch():
+    return shared_prompt_batch

@@ -120,6 +120,14 @@ def test_select_keeps_the_given_row_order_and_full_width():
     assert both.group_ids.tolist() == [1, 0]
 
 
+def test_split_yields_consecutive_trimmed_chunks_in_order():
+    batch = build_batch(_trajectories() * 2, PAD, per_turn_rewards=False)  # rows 6,4,6,4
+    chunks = list(batch.split(3))
+    assert [rows.tolist() for rows, _ in chunks] == [[0, 1, 2], [3]]
+    assert chunks[1][1].input_ids.shape == (1, 4)  # row 3 alone: trimmed to its length
+    assert torch.equal(chunks[0][1].input_ids, batch.select([0, 1, 2]).input_ids)
+
+
 def test_to_moves_every_tensor_and_keeps_the_empty_fields():
     batch = build_batch(_trajectories(), PAD, per_turn_rewards=False)
     batch.old_values = torch.ones(2, 6)

@@ -9,12 +9,12 @@ import torch
 from starpo.algorithms import AGGREGATIONS
 from starpo.config import load_config
 from starpo.models import tiny_random_model
+from starpo.models.precision import Precision
 from starpo.trainer import update
 from starpo.trainer.batch import TrainBatch
 from starpo.trainer.forward import policy_logprobs
 from starpo.trainer.models import build_models
 from starpo.trainer.optim import build_optimizers
-from starpo.trainer.precision import Precision
 
 
 def tiny_config(**overrides: str):

@@ -220,12 +220,6 @@ class AlertLog:
         return runs.load_jsonl(self.path).records
 
     def truncate_after(self, step: int) -> None:
-        """Drop alerts of steps > `step` (resuming from a checkpoint taken at `step`).
-
-        Rewrites via a temp file and an atomic rename, so a crash leaves either log whole.
-        """
-        if not self.path.exists():
-            return
-        read = runs.load_jsonl(self.path)
-        runs.warn_skipped(read)  # the crash being resumed from may have torn the last line
-        runs.rewrite_jsonl(self.path, (r for r in read.records if r["step"] <= step))
+        """Drop alerts of steps > `step` (resuming from a checkpoint taken at `step`);
+        atomic, so a crash leaves either log whole."""
+        runs.truncate_jsonl(self.path, step)

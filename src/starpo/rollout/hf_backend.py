@@ -15,6 +15,7 @@ import torch
 from transformers import DynamicCache
 
 from starpo.models.compat import cache_argument
+from starpo.models.precision import precision_for
 from starpo.rollout.backend import (
     BackendNumerics,
     Generation,
@@ -78,12 +79,12 @@ class HFBackend:
         self.reuse_cache = reuse_cache
         self.compute_dtype = compute_dtype
         self.device = next(model.parameters()).device
+        self.precision = precision_for(compute_dtype, self.device)
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self._cache_arg = cache_argument(model)
-        self.weights_version = 0
         # It runs the training model itself: exact log-probs unless autocast rounds them.
         self.numerics = BackendNumerics(
-            "hf", str(compute_dtype).removeprefix("torch."), compute_dtype == torch.float32
+            "hf", str(compute_dtype).removeprefix("torch."), not self.precision.mixed
         )
         self.reset()
 
@@ -94,7 +95,6 @@ class HFBackend:
         """Nothing to copy: this backend samples from the training model's live weights."""
         if model is not self.model:
             raise ValueError("HFBackend samples from the model it was built with")
-        self.weights_version = version
 
     def reset(self) -> None:
         self._rows: list[int] = []  # row of the batch cache -> session id
@@ -131,9 +131,7 @@ class HFBackend:
         else:
             self._start(sessions)
             chunks = [list(self._history[s]) for s in sessions]
-        with torch.autocast(
-            self.device.type, dtype=self.compute_dtype, enabled=self.compute_dtype != torch.float32
-        ):
+        with self.precision.autocast():
             fresh = self._mask.shape[1] == 0
             logits = self._feed_shared(chunks) if fresh else self._feed(chunks)
             return self._decode(sessions, logits, params)

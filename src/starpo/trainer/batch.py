@@ -3,6 +3,7 @@ positions: entry t describes token t (its log-prob, its value, its reward, its m
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 
 import torch
@@ -46,6 +47,12 @@ class TrainBatch:
             else:
                 out[f.name] = value[index, :width]
         return TrainBatch(**out)
+
+    def split(self, size: int) -> Iterator[tuple[torch.Tensor, TrainBatch]]:
+        """(row indices, rows) of consecutive chunks of at most `size` rows, in order."""
+        for first in range(0, len(self), size):
+            rows = torch.arange(first, min(first + size, len(self)))
+            yield rows, self.select(rows)
 
     def to(self, device: torch.device) -> TrainBatch:
         return TrainBatch(

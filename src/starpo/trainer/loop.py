@@ -13,6 +13,7 @@ from starpo.config import TrainConfig, config_to_dict, save_config
 from starpo.diagnostics import ResponseMemory, echo_trap_metrics
 from starpo.envs import make
 from starpo.logs import console_logger
+from starpo.models.precision import precision_for
 from starpo.registry import GENERATION_BACKENDS
 from starpo.rollout.engine import RolloutEngine
 from starpo.rollout.evaluate import ModelEvalResult, play_seeds
@@ -35,7 +36,6 @@ from starpo.trainer.models import (
     trainable_state,
 )
 from starpo.trainer.optim import Optimizers, build_optimizers
-from starpo.trainer.precision import precision_for
 from starpo.trainer.sinks import RunLogger, format_step_line
 from starpo.trainer.update import SkipCounter, ppo_update, prepare
 from starpo.types import Trajectory
@@ -95,7 +95,6 @@ class Trainer:
         self.models: TrainModels = build_models(cfg, model, tokenizer, self.precision)
         self.optimizers: Optimizers = build_optimizers(cfg, self.models.actor, self.models.critic)
         self.skips = SkipCounter(cfg.optim.max_skipped_updates)
-        self.updates = 0  # optimizer updates so far: the policy's version for the backend
         self.backend = GENERATION_BACKENDS[cfg.rollout.backend](
             self.models.actor, tokenizer, compute_dtype=self.precision.compute_dtype
         )
@@ -138,6 +137,11 @@ class Trainer:
     @property
     def alerts(self):  # the run's alert log (alerts.jsonl)
         return self.guard.alerts
+
+    @property
+    def policy_version(self) -> int:
+        """Optimizer updates applied so far (the schedule counts them; skipped ones not)."""
+        return self.optimizers.actor_schedule.last_epoch
 
     def _seed(self, step: int, purpose: int) -> int:
         """A seed per (run seed, step, purpose): resumed runs sample exactly the same."""
@@ -232,8 +236,7 @@ class Trainer:
         """PPO epochs over the batch, then hand the new weights to the backend."""
         generator = torch.Generator().manual_seed(self._seed(step, 2))
         metrics = ppo_update(batch, self.models, self.optimizers, self.cfg, generator, self.skips)
-        self.updates += 1
-        self.backend.update_weights(self.models.actor, self.updates)
+        self.backend.update_weights(self.models.actor, self.policy_version)
         metrics["actor/lr"] = self.optimizers.actor.param_groups[0]["lr"]  # the next update's
         if self.optimizers.critic is not None:
             metrics["critic/lr"] = self.optimizers.critic.param_groups[0]["lr"]
@@ -290,7 +293,6 @@ class Trainer:
             "trainer_state": {
                 "runtime_config": guard["runtime_config"],  # changed by a rollback
                 "consecutive_skips": self.skips.consecutive,
-                "updates": self.updates,
             },
         }
         if healthy and self.cfg.trainer.on_collapse == "rollback":
@@ -303,12 +305,11 @@ class Trainer:
         if self.models.critic is not None:
             load_trainable_state(self.models.critic, state["critic"])
         self.optimizers.load_state_dict(state, schedules=schedules)
-        self.backend.update_weights(self.models.actor, self.updates)
+        self.backend.update_weights(self.models.actor, self.policy_version)
 
     def _resume(self) -> None:
         state = load_checkpoint(find_resume_point(self.run_dir))
         trainer_state = state.get("trainer_state") or {}
-        self.updates = int(trainer_state.get("updates", 0))
         self.load_weights(state)
         restore_rng_state(state["rng"])
         self.skips.consecutive = int(trainer_state.get("consecutive_skips", 0))

@@ -13,8 +13,8 @@ from torch import nn
 
 from starpo.config import TrainConfig
 from starpo.errors import UserError
+from starpo.models.precision import Precision, apply_master_weights
 from starpo.trainer.checkpointing import enable_gradient_checkpointing
-from starpo.trainer.precision import Precision, apply_master_weights
 
 
 class ValueModel(nn.Module):
@@ -73,7 +73,7 @@ def build_models(
     """Critic and reference from the freshly loaded actor (same pretrained weights).
 
     `precision` (default fp32): trainable weights end up fp32, frozen ones (the reference,
-    a LoRA base) in its compute dtype; see `starpo.trainer.precision`.
+    a LoRA base) in its compute dtype; see `starpo.models.precision`.
     """
     precision = precision or Precision()
     critic = None
@@ -102,6 +102,11 @@ def build_models(
     if critic is not None:
         apply_master_weights(critic, precision)
     return TrainModels(actor, tokenizer, critic, reference, lora, precision)
+
+
+def trainable_parameters(module: nn.Module) -> list[nn.Parameter]:
+    """The parameters the optimizer updates (all weights, or LoRA adapters and heads)."""
+    return [p for p in module.parameters() if p.requires_grad]
 
 
 def trainable_state(module: nn.Module) -> dict[str, torch.Tensor]:

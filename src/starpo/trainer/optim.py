@@ -12,8 +12,10 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR
 
 from starpo.config import TrainConfig
+from starpo.trainer.models import trainable_parameters
 
 SCHEDULES = ("constant", "cosine")
+KEYS = ("optim", "schedule")  # checkpoint keys: actor_optim, actor_schedule, critic_...
 
 
 def lr_multiplier(
@@ -60,11 +62,15 @@ class Optimizers:
     actor_schedule: LambdaLR
     critic_schedule: LambdaLR | None
 
-    def pairs(self) -> list[tuple[torch.optim.Optimizer, LambdaLR]]:
-        pairs = [(self.actor, self.actor_schedule)]
+    def named(self) -> list[tuple[str, torch.optim.Optimizer, LambdaLR]]:
+        """("actor", optimizer, schedule), and the critic's when there is one."""
+        named = [("actor", self.actor, self.actor_schedule)]
         if self.critic is not None and self.critic_schedule is not None:
-            pairs.append((self.critic, self.critic_schedule))
-        return pairs
+            named.append(("critic", self.critic, self.critic_schedule))
+        return named
+
+    def pairs(self) -> list[tuple[torch.optim.Optimizer, LambdaLR]]:
+        return [(optimizer, schedule) for _, optimizer, schedule in self.named()]
 
     def step(self) -> None:
         """One update: every optimizer steps, then its schedule advances."""
@@ -84,21 +90,17 @@ class Optimizers:
             _sync_lr(optimizer, schedule)
 
     def state_dict(self) -> dict[str, Any]:
-        critic = self.critic is not None and self.critic_schedule is not None
-        return {
-            "actor_optim": self.actor.state_dict(),
-            "critic_optim": self.critic.state_dict() if critic else None,
-            "actor_schedule": self.actor_schedule.state_dict(),
-            "critic_schedule": self.critic_schedule.state_dict() if critic else None,
-        }
+        """`{name}_optim` and `{name}_schedule` for actor and critic (None without one)."""
+        state: dict[str, Any] = {f"{n}_{k}": None for n in ("actor", "critic") for k in KEYS}
+        for name, optimizer, schedule in self.named():
+            state[f"{name}_optim"] = optimizer.state_dict()
+            state[f"{name}_schedule"] = schedule.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any], schedules: bool = True) -> None:
         """Restore the optimizers from `state_dict()`, and with `schedules` their learning-
         rate schedules too; without, the schedules keep their place and set the rates."""
-        names = [("actor", self.actor, self.actor_schedule)]
-        if self.critic is not None and self.critic_schedule is not None:
-            names.append(("critic", self.critic, self.critic_schedule))
-        for name, optimizer, schedule in names:
+        for name, optimizer, schedule in self.named():
             optimizer.load_state_dict(state[f"{name}_optim"])
             if schedules and state.get(f"{name}_schedule") is not None:
                 schedule.load_state_dict(state[f"{name}_schedule"])
@@ -120,9 +122,11 @@ def build_optimizers(
     )
 
     def adamw(module: torch.nn.Module, lr: float) -> tuple[torch.optim.Optimizer, LambdaLR]:
-        params = [p for p in module.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(
-            params, lr=lr * scale, betas=tuple(opt.betas), weight_decay=opt.weight_decay
+            trainable_parameters(module),
+            lr=lr * scale,
+            betas=tuple(opt.betas),
+            weight_decay=opt.weight_decay,
         )
         return optimizer, LambdaLR(optimizer, multiplier)
 

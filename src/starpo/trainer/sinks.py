@@ -82,9 +82,7 @@ class JsonlSink:
         A half-written last line (the crash being resumed from) is dropped with a warning.
         """
         self._file.close()
-        read = runs.load_jsonl(self.path)
-        runs.warn_skipped(read)
-        runs.rewrite_jsonl(self.path, (r for r in read.records if r["step"] <= step))
+        runs.truncate_jsonl(self.path, step)
         self._file = runs.open_for_append(self.path)
 
     def close(self) -> None:

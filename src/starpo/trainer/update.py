@@ -28,7 +28,7 @@ from starpo.config import TrainConfig
 from starpo.errors import UserError
 from starpo.trainer.batch import TrainBatch
 from starpo.trainer.forward import policy_logprobs, reference_logprobs
-from starpo.trainer.models import TrainModels
+from starpo.trainer.models import TrainModels, trainable_parameters
 from starpo.trainer.optim import Optimizers
 
 
@@ -63,9 +63,8 @@ def map_rows(
     """`fn` over consecutive chunks of `chunk` rows (memory), stitched back to (B, T).
     Rows come in group order, so each chunk still shares its group's prompt prefix."""
     out = torch.zeros_like(batch.loss_mask)
-    for first in range(0, len(batch), chunk):
-        rows = torch.arange(first, min(first + chunk, len(batch)))
-        part = fn(batch.select(rows))  # (b, t <= T): select trims trailing padding
+    for rows, part_batch in batch.split(chunk):
+        part = fn(part_batch)  # (b, t <= T): select trims trailing padding
         out[rows, : part.shape[1]] = part.to(out.dtype)
     return out
 
@@ -233,8 +232,7 @@ def accumulate_gradients(
     agg, size = cfg.algorithm.loss_agg, cfg.optim.micro_batch_size
     count = aggregation_count(mini.loss_mask, agg)  # the mini-batch's, for every micro
     parts, finite = [], True
-    for first in range(0, len(mini), size):
-        micro = mini.select(torch.arange(first, min(first + size, len(mini))))
+    for _, micro in mini.split(size):
         loss, metrics = actor_loss(models, micro, cfg, count)
         if models.critic is not None:
             closs, cmetrics = critic_loss(models, micro, cfg, count)
@@ -250,7 +248,7 @@ def _grad_norm(models: TrainModels, clip: float) -> dict[str, float]:
     norms = {}
     for name, module in (("actor", models.actor), ("critic", models.critic)):
         if module is not None:
-            params = [p for p in module.parameters() if p.requires_grad]
+            params = trainable_parameters(module)
             norms[f"{name}/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, clip))
     return norms
 
