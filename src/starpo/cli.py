@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from starpo.errors import UserError
+from starpo.registry import GENERATION_BACKENDS
 
 
 def _parse_env_args(pairs: list[str]) -> dict[str, Any]:
@@ -129,6 +130,8 @@ def _eval_model(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
             samples_per_seed=args.samples_per_seed,
             batch_size=args.batch_size,
             device=args.device,
+            backend=args.backend,
+            dtype=args.dtype,
             seed=args.seed_start,
             env_kwargs=env_kwargs,
             on_batch=bar.update,
@@ -212,6 +215,18 @@ def _add_model_eval_args(p: argparse.ArgumentParser) -> None:
         help=f"model name, local folder or hub id (default {DEFAULT_MODEL})",
     )
     g.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    g.add_argument(
+        "--backend",
+        default="auto",
+        choices=list(GENERATION_BACKENDS),
+        help="generation backend, as rollout.backend (default auto: lean on a CPU if it can)",
+    )
+    g.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "fp32", "bf16"],
+        help="decode dtype, as rollout.dtype (default auto: bf16 on a CPU with native bf16)",
+    )
     g.add_argument(
         "--samples-per-seed",
         type=int,

@@ -116,10 +116,20 @@ class RolloutConfig(ConfigSection):
     group_size: int = _f(16, "Rollouts per group; all share one seed.", ge=1)
     train_seed_start: int = _f(10000, "Training seeds count up from here.", ge=0)
     backend: str = _f(
-        "hf",
-        "Generation backend (starpo.registry.GENERATION_BACKENDS): hf = the training model "
-        "itself, with a KV cache per episode.",
+        "auto",
+        "Generation backend (starpo.registry.GENERATION_BACKENDS): hf = the training model's "
+        "transformers forward with a KV cache per episode; lean = a lean decode loop for "
+        "Llama-shaped models (preallocated KV cache, fused projections); auto = lean on a "
+        "CPU when the model supports it, else hf.",
         choices=GENERATION_BACKENDS,
+    )
+    dtype: str = _f(
+        "auto",
+        "Dtype rollouts decode in. auto = model.dtype's compute dtype, or bf16 on a CPU "
+        "with native bf16 (AVX512-BF16/AMX), where decoding is ~2-3x faster. Not fp32: the "
+        "trainer recomputes the PPO ratio's old log-probs (algorithm.recompute_old_logprobs) "
+        "and logs the gap as rollout/logprob_diff_*.",
+        choices=("auto", "fp32", "bf16", "float32", "bfloat16"),
     )
     # Per-episode settings: defined once, in starpo.rollout.engine.RolloutSettings.
     max_turns: int = _setting("max_turns")

@@ -127,7 +127,11 @@ FILTER_MODES = _registry(
 #: (model, tokenizer, *, compute_dtype, seed) -> a GenerationBackend.
 GENERATION_BACKENDS = _registry(
     "generation backend",
-    {"hf": ("starpo.rollout.hf_backend:build_hf_backend", {})},
+    {
+        "auto": ("starpo.rollout.lean_backend:build_auto_backend", {}),
+        "hf": ("starpo.rollout.hf_backend:build_hf_backend", {}),
+        "lean": ("starpo.rollout.lean_backend:build_lean_backend", {}),
+    },
 )
 
 

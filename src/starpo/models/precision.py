@@ -9,7 +9,9 @@ dtype, and every forward pass runs under `torch.autocast` in that dtype.
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -57,3 +59,29 @@ def apply_master_weights(module: nn.Module, precision: Precision) -> None:
         dtype = torch.float32 if param.requires_grad else precision.compute_dtype
         if param.dtype != dtype and param.is_floating_point():
             param.data = param.data.to(dtype)
+
+
+@functools.cache
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 in hardware (x86 AVX512-BF16 or AMX). There a bf16
+    matmul is ~4x faster than fp32 (measured on a 2-core AMD EPYC: 135M parameters' worth
+    of linears at 8 rows, 50 ms fp32 against 13.5 ms bf16); elsewhere it is emulated and
+    far slower. Read from /proc/cpuinfo (Linux), so the choice never depends on timing."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return any(flag in flags.split() for flag in ("avx512_bf16", "amx_bf16"))
+
+
+def rollout_dtype(setting: str, compute_dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """The dtype rollouts decode in. auto: the trainer's compute dtype, or bf16 on a CPU
+    with native bf16 (decoding reads every weight once per token: half the bytes)."""
+    if setting in ("fp32", "float32"):
+        return torch.float32
+    if setting in ("bf16", "bfloat16"):
+        return torch.bfloat16
+    if compute_dtype != torch.float32:
+        return compute_dtype
+    native = torch.device(device).type == "cpu" and cpu_has_native_bf16()
+    return torch.bfloat16 if native else torch.float32

@@ -53,6 +53,8 @@ def evaluate_model(
     samples_per_seed: int = 1,
     batch_size: int = 32,
     device: str = "cpu",
+    backend: str = "auto",
+    dtype: str = "auto",
     seed: int = 0,
     env_kwargs: dict[str, Any] | None = None,
     on_batch: Callable[[int], None] | None = None,
@@ -60,12 +62,16 @@ def evaluate_model(
     """Load `model_name`, play the seeds, and summarise."""
     from starpo.envs import make
     from starpo.models import load_model
-    from starpo.rollout.hf_backend import HFBackend
+    from starpo.models.precision import rollout_dtype
+    from starpo.registry import GENERATION_BACKENDS, lookup
 
     make(env_id, **(env_kwargs or {}))  # bad env ids and arguments fail before the model loads
+    build = lookup(GENERATION_BACKENDS, backend)
     model, tokenizer = load_model(model_name, device=device)
-    backend = HFBackend(model, pad_token_id=tokenizer.pad_token_id, seed=seed)
-    engine = RolloutEngine(backend, tokenizer, settings)
+    compute_dtype = next(model.parameters()).dtype
+    decode_dtype = rollout_dtype(dtype, compute_dtype, model.device)
+    generator = build(model, tokenizer, compute_dtype=decode_dtype, seed=seed)
+    engine = RolloutEngine(generator, tokenizer, settings)
     result = play_seeds(
         engine,
         env_id,
@@ -75,4 +81,5 @@ def evaluate_model(
         env_kwargs=env_kwargs,
         on_batch=on_batch,
     )
-    return result, result.summary()
+    numerics = generator.numerics
+    return result, {**result.summary(), "backend": numerics.name, "dtype": numerics.compute_dtype}

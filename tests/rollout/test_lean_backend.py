@@ -1,0 +1,154 @@
+"""The lean decoder must change speed only: same tokens and log-probs as the transformers
+forward in fp32, close ones in bf16, and fresh weights after every update."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from starpo.models.precision import rollout_dtype
+from starpo.registry import GENERATION_BACKENDS
+from starpo.rollout import RolloutEngine, RolloutSettings
+from starpo.rollout.backend import GenerationRequest, SamplingParams
+from starpo.rollout.hf_backend import HFBackend, inverse_cdf_sample
+from starpo.rollout.lean_backend import KVStore, LeanBackend, lean_support
+
+PROMPTS = [[1, 5, 7, 9, 11] * 4, [1, 5, 7, 9, 11] * 4, [2, 3, 4], [2, 3, 4, 8, 8, 8, 8]]
+
+
+def _two_calls(backend, temperature: float):
+    """A shared prompt, uneven prompt lengths, a released session and a second turn."""
+    params = SamplingParams(max_new_tokens=10, temperature=temperature)
+    first = backend.generate([GenerationRequest(i, list(p)) for i, p in enumerate(PROMPTS)], params)
+    backend.release([1])
+    second = backend.generate(
+        [GenerationRequest(i, [20, 21, 22][: i + 1]) for i in (0, 2, 3)], params
+    )
+    return first + second
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_lean_fp32_matches_transformers_forward(tiny, temperature):
+    model, tokenizer = tiny
+    hf = _two_calls(HFBackend(model, pad_token_id=tokenizer.pad_token_id, seed=3), temperature)
+    lean = _two_calls(LeanBackend(model, pad_token_id=tokenizer.pad_token_id, seed=3), temperature)
+    assert [g.token_ids for g in lean] == [g.token_ids for g in hf]
+    for a, b in zip(lean, hf, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+
+
+def _episodes(tiny, backend_name: str, dtype=torch.float32, seed: int = 0):
+    model, tokenizer = tiny
+    backend = GENERATION_BACKENDS[backend_name](model, tokenizer, compute_dtype=dtype, seed=seed)
+    settings = RolloutSettings(max_turns=3, max_new_tokens=12, temperature=0.0)
+    return RolloutEngine(backend, tokenizer, settings).run("sokoban", [10000, 10001], 2)
+
+
+def test_multi_turn_episodes_are_identical_on_both_backends(tiny):
+    lean, hf = _episodes(tiny, "lean"), _episodes(tiny, "hf")
+    assert all(len(t.turns) == 3 for t in lean)
+    assert [t.token_ids for t in lean] == [t.token_ids for t in hf]
+    for a, b in zip(lean, hf, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+
+
+def test_bf16_weights_give_close_logprobs_and_say_they_are_inexact(tiny):
+    model, tokenizer = tiny
+    backend = LeanBackend(model, pad_token_id=tokenizer.pad_token_id, weights_dtype=torch.bfloat16)
+    assert backend.numerics.exact_logprobs is False
+    assert backend.numerics.compute_dtype == "bfloat16"
+    assert LeanBackend(model, pad_token_id=0).numerics.exact_logprobs is True
+    prompt = [GenerationRequest(0, PROMPTS[0])]
+    params = SamplingParams(max_new_tokens=8, temperature=0.0)
+    (low,) = backend.generate(prompt, params)
+    (exact,) = HFBackend(model, pad_token_id=tokenizer.pad_token_id).generate(prompt, params)
+    # Score bf16's tokens with the fp32 model: close, not equal.
+    ids = torch.tensor([PROMPTS[0] + low.token_ids])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(PROMPTS[0]) - 1 : -1]
+    fp32 = torch.log_softmax(logits, -1).gather(-1, ids[0, len(PROMPTS[0]) :, None])[:, 0]
+    gap = (torch.tensor(low.logprobs) - fp32).abs()
+    assert 0 < gap.max() < 0.05
+    assert exact.token_ids[:2] == low.token_ids[:2]
+
+
+def test_update_weights_refreshes_the_copies(tiny):
+    model, tokenizer = tiny
+    model = copy.deepcopy(model)
+    params = SamplingParams(max_new_tokens=6, temperature=0.0)
+    request = [GenerationRequest(0, PROMPTS[2])]
+    for dtype in (torch.float32, torch.bfloat16):
+        backend = LeanBackend(model, pad_token_id=0, weights_dtype=dtype)
+        before = backend.generate(request, params)[0].logprobs
+        with torch.no_grad():  # an "optimizer step" on a fused (q) and an aliased (o) weight
+            for layer in model.model.layers:
+                layer.self_attn.q_proj.weight.mul_(3.0)
+                layer.self_attn.o_proj.weight.mul_(-1.0)
+        backend.reset()
+        stale = backend.generate(request, params)[0].logprobs
+        backend.update_weights(model, version=1)
+        backend.reset()
+        synced = backend.generate(request, params)[0].logprobs
+        backend.reset()
+        fresh = LeanBackend(model, pad_token_id=0, weights_dtype=dtype)
+        assert synced == fresh.generate(request, params)[0].logprobs
+        assert synced != before
+        if dtype == torch.bfloat16:
+            assert stale == before  # copies are used until update_weights
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.q_proj.weight.div_(3.0)
+                layer.self_attn.o_proj.weight.mul_(-1.0)
+
+
+def test_kv_store_grows_and_selects_rows_without_losing_content():
+    store = KVStore(layers=2, rows=2, kv_heads=1, head_dim=4, dtype=torch.float32, device="cpu")
+    keys = torch.arange(2 * 3 * 4, dtype=torch.float32).view(2, 1, 3, 4)
+    store.ensure(3)
+    for layer in range(2):
+        store.write(layer, keys, -keys)
+    store.length += 3
+    assert store.capacity == 64
+    store.ensure(100)  # grows: the first 3 columns survive
+    assert store.capacity >= 100
+    torch.testing.assert_close(store.keys[1][:, :, :3], keys)
+    store.batch_select_indices(torch.tensor([1, 1, 0]))
+    assert store.rows == 3
+    torch.testing.assert_close(store.values[0][:, :, :3], -keys[[1, 1, 0]])
+
+
+def test_lean_support_names_what_is_missing(tiny):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model, tokenizer = tiny
+    assert lean_support(model) is None
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=len(tokenizer)))
+    assert "gpt2" in lean_support(gpt2)
+    with pytest.raises(ValueError, match="rollout.backend=hf"):
+        LeanBackend(gpt2, pad_token_id=0)
+    auto = GENERATION_BACKENDS["auto"]
+    assert type(auto(gpt2, tokenizer)) is HFBackend  # falls back instead of failing
+    assert type(auto(model, tokenizer)) is LeanBackend
+
+
+def test_inverse_cdf_sampling_follows_the_distribution():
+    probs = torch.tensor([[0.5, 0.3, 0.2, 0.0]]).expand(40000, -1)
+    draws = inverse_cdf_sample(probs, torch.Generator().manual_seed(0))
+    frequencies = torch.bincount(draws, minlength=4).float() / len(draws)
+    torch.testing.assert_close(frequencies, torch.tensor([0.5, 0.3, 0.2, 0.0]), atol=0.01, rtol=0)
+    assert (draws != 3).all()  # zero probability: never drawn
+
+
+def test_rollout_dtype_auto_follows_compute_dtype_and_the_cpu(monkeypatch):
+    import starpo.models.precision as precision
+
+    cpu = torch.device("cpu")
+    assert rollout_dtype("fp32", torch.bfloat16, cpu) == torch.float32
+    assert rollout_dtype("bf16", torch.float32, cpu) == torch.bfloat16
+    assert rollout_dtype("auto", torch.bfloat16, torch.device("cuda")) == torch.bfloat16
+    for native, expected in ((True, torch.bfloat16), (False, torch.float32)):
+        monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda native=native: native)
+        assert rollout_dtype("auto", torch.float32, cpu) == expected
+    assert rollout_dtype("auto", torch.float32, torch.device("cuda")) == torch.float32
