@@ -1,6 +1,6 @@
 """Multi-turn rollout speed: the engine against re-encoding every turn with `generate`.
 
-    python bench/bench_rollout.py [--env sokoban] [--episodes 32] [--turns 5] [--tokens 64]
+    python bench/bench_rollout.py [--env sokoban] [--episodes 32] [--turns 5] [--tokens 32]
 
 All contenders play the same episodes greedily, side by side in one process:
 
@@ -131,7 +131,7 @@ def main() -> None:
     parser.add_argument("--env", default="sokoban")
     parser.add_argument("--episodes", type=int, default=32)
     parser.add_argument("--turns", type=int, default=5)
-    parser.add_argument("--tokens", type=int, default=64, help="max new tokens per turn")
+    parser.add_argument("--tokens", type=int, default=32, help="max new tokens per turn")
     args = parser.parse_args()
     model, tokenizer = load_model(args.model)
     pad = tokenizer.pad_token_id
@@ -146,6 +146,7 @@ def main() -> None:
     for name, backend in contenders.items():
         play(backend, tokenizer, warm)
         results[name] = play(backend, tokenizer, args)
+        print(f"  {name}: {results[name][0]:.1f} s", file=sys.stderr, flush=True)
     base_s, base = results["naive generate"]
     base_tokens = [agent_tokens(t) for t in base]
     turns = sum(len(t.turns) for t in base)

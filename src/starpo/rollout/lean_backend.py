@@ -213,13 +213,26 @@ class LeanLlama:
         x = self.embed[ids].float()  # the residual stream stays fp32
         cos, sin = self.rotary(x, positions)  # (B, L, head_dim)
         cos, sin = cos[:, None], sin[:, None]
-        bias = attention_bias(attend, self.heads // self.kv_heads)
+        # One query row (decode): two small matmuls beat the fused kernel. Many (a prompt):
+        # the fused kernel never holds the (L, T) scores of every head.
+        bias = attention_bias(attend, self.heads // self.kv_heads) if width == 1 else None
         for i, w in enumerate(self.layers):
             qkv = F.linear(self._norm(x, w.input_norm), w.qkv, w.qkv_bias).float()
             qkv = qkv.view(rows, width, -1, self.head_dim).transpose(1, 2)  # (B, heads, L, D)
             qk = _rotate(qkv[:, :rotated], cos, sin)
             keys, values = store.write(i, qk[:, self.heads :], qkv[:, rotated:])
-            att = self._attend(qk[:, : self.heads], keys, values, bias)
+            queries = qk[:, : self.heads]
+            if bias is None:
+                att = F.scaled_dot_product_attention(
+                    queries,
+                    keys,
+                    values,
+                    attn_mask=attend,
+                    scale=self.head_dim**-0.5,
+                    enable_gqa=True,
+                )
+            else:
+                att = self._attend(queries, keys, values, bias)
             att = att.transpose(1, 2).reshape(rows, width, -1).to(self.dtype)
             x = x + F.linear(att, w.o, w.o_bias).float()
             gate, up = F.linear(self._norm(x, w.post_norm), w.gate_up, w.gate_up_bias).chunk(2, -1)
