@@ -17,13 +17,18 @@ import pytest
 def starpo_cache(tmp_path_factory):
     """Point STARPO_CACHE at a per-session temp folder for the whole session."""
     root = tmp_path_factory.mktemp("starpo_cache")
-    previous = os.environ.get("STARPO_CACHE")
-    os.environ["STARPO_CACHE"] = str(root)
+    # STARPO_CPU_BF16=0: tests see a CPU without native bf16, so rollout.dtype=auto means
+    # fp32 on every machine (CI's CPU may differ from a laptop's), subprocesses included;
+    # tests of bf16 rollouts ask for them.
+    settings = {"STARPO_CACHE": str(root), "STARPO_CPU_BF16": "0"}
+    previous = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
     yield root
-    if previous is None:
-        os.environ.pop("STARPO_CACHE", None)
-    else:
-        os.environ["STARPO_CACHE"] = previous
+    for name, value in previous.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(scope="session")

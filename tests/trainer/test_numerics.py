@@ -228,3 +228,26 @@ def test_greedy_training_rollouts_are_refused():
     with pytest.raises(Exception, match=r"rollout.temperature must be > 0.0, got 0(\.0)? .greedy"):
         tiny_config(**{"rollout.temperature": "0"})
     assert tiny_config(**{"trainer.val_temperature": "0"}).trainer.val_temperature == 0.0
+
+
+def test_bf16_lean_rollouts_train_with_recomputed_old_logprobs(
+    tmp_path, bigram_model, make_bandit_config
+):
+    """fp32 training, bf16 rollouts (rollout.dtype=bf16, the default on CPUs with native
+    bf16): old log-probs are recomputed, the gap is logged, and the rollout copy follows
+    every update."""
+    from starpo.rollout.lean_backend import LeanBackend
+    from starpo.trainer.loop import Trainer
+
+    cfg = make_bandit_config("grpo", total_steps=2, **{"rollout.dtype": "bf16"})
+    model, tokenizer = bigram_model()
+    trainer = Trainer(cfg, tmp_path, quiet=True, model=model, tokenizer=tokenizer)
+    assert isinstance(trainer.backend, LeanBackend)
+    assert trainer.backend.numerics.compute_dtype == "bfloat16"
+    assert trainer.recompute_old_logprobs  # auto: bf16 rollouts are not exact
+    head = trainer.backend.lean.lm_head
+    before = head.clone()
+    metrics = trainer.train_step(1)
+    assert 0.0 < metrics["rollout/logprob_diff_max"] < 0.5
+    assert head.dtype == torch.bfloat16 and not torch.equal(head, before)  # synced
+    torch.testing.assert_close(head.float(), model.lm_head.weight.detach(), atol=1e-2, rtol=1e-2)
