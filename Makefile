@@ -38,7 +38,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_levels.py
+	$(BIN)/python bench/bench_decode.py
 	$(BIN)/python bench/bench_rollout.py
+	$(BIN)/python bench/bench_update.py
 
 # The bench extra (TRL) is for bench-trl only, never for `make test` or CI. torch is named
 # again, pinned, so that pip fails rather than swap the CPU build for another.

@@ -17,6 +17,7 @@ from starpo.algorithms.advantages import (
     grpo_advantages,
 )
 from starpo.algorithms.filtering import FILTER_MODES, FilterResult, filter_groups, num_kept
+from starpo.algorithms.head import head_logprobs
 from starpo.algorithms.losses import (
     AGGREGATIONS,
     KL_ESTIMATORS,
@@ -50,6 +51,7 @@ __all__ = [
     "filter_groups",
     "gae_advantages",
     "grpo_advantages",
+    "head_logprobs",
     "kl_penalty",
     "masked_mean",
     "masked_sum",

@@ -80,23 +80,71 @@ def logprob_mismatch(train: torch.Tensor, rollout: torch.Tensor, mask: torch.Ten
 
 
 @torch.no_grad()
+def recomputed_logprobs(
+    batch: TrainBatch, models: TrainModels, cfg: TrainConfig, rows: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Log-probs (B, T) of the agent tokens under the current actor, for `rows` only (the
+    others 0; default all), micro-batch by micro-batch."""
+    out = torch.zeros_like(batch.loss_mask)
+    rows = torch.arange(len(batch)) if rows is None else rows
+    if not len(rows):
+        return out
+    part = batch.select(rows)
+    temperature = cfg.rollout.temperature
+    with models.precision.autocast():
+        logprobs = map_rows(
+            part,
+            cfg.optim.micro_batch_size,
+            lambda b: policy_logprobs(models.actor, b, temperature, False)[0],
+        )
+    out[rows, : logprobs.shape[1]] = logprobs
+    return out
+
+
+def fill_old_logprobs(
+    batch: TrainBatch, first_rows: torch.Tensor, models: TrainModels, cfg: TrainConfig
+) -> None:
+    """Recompute the old log-probs of every row outside `first_rows` (the first mini-batch)
+    before any update; those rows are left to that mini-batch's own forward (marked None in
+    its copy, see `actor_loss`). Exact: before the first optimizer step the policy that
+    trains IS the old policy, so its detached log-probs are the old log-probs. With one
+    epoch and one mini-batch, nothing is recomputed at all."""
+    first = torch.zeros(len(batch), dtype=torch.bool)
+    first[first_rows] = True
+    batch.old_logprobs = recomputed_logprobs(batch, models, cfg, torch.nonzero(~first)[:, 0])
+
+
+def keep_old_logprobs(batch: TrainBatch, rows: torch.Tensor, mini: TrainBatch) -> dict:
+    """Copy the first mini-batch's own old log-probs (rows `rows`) into the batch, whose
+    other rows `fill_old_logprobs` filled; return their mismatch with the rollout's."""
+    batch.old_logprobs[rows, : mini.old_logprobs.shape[1]] = mini.old_logprobs
+    return logprob_mismatch(batch.old_logprobs, batch.rollout_logprobs, batch.loss_mask)
+
+
+@torch.no_grad()
 def prepare(
     batch: TrainBatch, models: TrainModels, cfg: TrainConfig, recompute_old_logprobs: bool
 ) -> dict[str, float]:
     """Fill in old log-probs (recomputed or the rollout's), reference log-probs, old values,
-    advantages and returns; no gradients."""
+    advantages and returns; no gradients.
+
+    Recomputed old log-probs are left to `ppo_update` (`batch.old_logprobs` None): it knows
+    which rows its first mini-batch trains on, whose old log-probs are the training
+    forward's own (see `fill_old_logprobs`). Only a KL penalty in the reward needs them
+    here, before any update.
+    """
     algo, metrics = cfg.algorithm, {}
     temperature, chunk = cfg.rollout.temperature, cfg.optim.micro_batch_size
     autocast = models.precision.autocast
     if recompute_old_logprobs:
         batch.rollout_logprobs = batch.old_logprobs
-        with autocast():
-            batch.old_logprobs = map_rows(
-                batch, chunk, lambda b: policy_logprobs(models.actor, b, temperature, False)[0]
+        if algo.uses_reference and algo.kl_in_reward:  # the reward's KL needs them now
+            batch.old_logprobs = recomputed_logprobs(batch, models, cfg)
+            metrics.update(
+                logprob_mismatch(batch.old_logprobs, batch.rollout_logprobs, batch.loss_mask)
             )
-        metrics.update(
-            logprob_mismatch(batch.old_logprobs, batch.rollout_logprobs, batch.loss_mask)
-        )
+        else:  # `ppo_update` fills them in, most of them for free: see `fill_old_logprobs`
+            batch.old_logprobs = None
     scores, turn_rewards = batch.scores, batch.turn_rewards
     if algo.uses_reference:
         with autocast():
@@ -156,10 +204,16 @@ def actor_loss(
     models: TrainModels, micro: TrainBatch, cfg: TrainConfig, count: float | None = None
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO surrogate - entropy bonus (+ KL loss) of one micro-batch. `count`: the
-    mini-batch's aggregation count, so micro-batch losses add up to the mini-batch loss."""
+    mini-batch's aggregation count, so micro-batch losses add up to the mini-batch loss.
+
+    A micro-batch without old log-probs (None: recomputed ones, before the first update)
+    takes this forward's own, detached, and keeps them in `micro.old_logprobs`.
+    """
     algo = cfg.algorithm
     with models.precision.autocast():
         logprobs, entropy = policy_logprobs(models.actor, micro, cfg.rollout.temperature)
+    if micro.old_logprobs is None:  # before any update: the old policy is this one
+        micro.old_logprobs = logprobs.detach()
     is_weights = None
     if algo.tis_cap is not None and micro.rollout_logprobs is not None:
         is_weights = truncated_is_weights(micro.old_logprobs, micro.rollout_logprobs, algo.tis_cap)
@@ -228,12 +282,20 @@ def accumulate_gradients(
     mini: TrainBatch, models: TrainModels, cfg: TrainConfig
 ) -> tuple[dict[str, float], bool]:
     """Backward the mini-batch's losses micro-batch by micro-batch (gradients add up to
-    those of one pass over the whole mini-batch); return (metrics, every loss finite)."""
+    those of one pass over the whole mini-batch); return (metrics, every loss finite).
+    Without old log-probs (None), the mini-batch gets its forwards' own (see `actor_loss`)."""
     agg, size = cfg.algorithm.loss_agg, cfg.optim.micro_batch_size
     count = aggregation_count(mini.loss_mask, agg)  # the mini-batch's, for every micro
     parts, finite = [], True
-    for _, micro in mini.split(size):
+    on_policy = mini.old_logprobs is None  # filled in by the micro-batches' forwards
+    if on_policy:
+        mini.old_logprobs = torch.zeros_like(mini.loss_mask)
+    for rows, micro in mini.split(size):
+        if on_policy:
+            micro.old_logprobs = None
         loss, metrics = actor_loss(models, micro, cfg, count)
+        if on_policy:
+            mini.old_logprobs[rows, : micro.old_logprobs.shape[1]] = micro.old_logprobs
         if models.critic is not None:
             closs, cmetrics = critic_loss(models, micro, cfg, count)
             loss = loss + closs
@@ -267,12 +329,16 @@ def ppo_update(
     and `skips` stops the run after too many in a row.
 
     `rollout/logprob_diff_*` (rollout vs training log-probs) is measured on the first
-    mini-batch, before any update, when old log-probs are the rollout's.
+    mini-batch, before any update, when old log-probs are the rollout's; over the whole
+    batch when they are recomputed. Recomputed old log-probs that `prepare` left to this
+    function (None) are filled in by `fill_old_logprobs` and the first mini-batch's own
+    forward; the batch holds all of them afterwards.
     """
     opt = cfg.optim
     skips = skips or SkipCounter(opt.max_skipped_updates)
     sums: dict[str, list[float]] = defaultdict(list)
-    skipped = 0
+    skipped, mismatch_of_batch = 0, {}
+    pending = batch.old_logprobs is None  # recomputed old log-probs, left by `prepare`
     for epoch in range(opt.ppo_epochs):
         order = torch.randperm(len(batch), generator=generator)
         for start in range(0, len(batch), opt.mini_batch_size):
@@ -280,7 +346,13 @@ def ppo_update(
             # Group members share their prompt: keeping them in the same micro-batches lets
             # the forward pass encode it once (the mini-batch gradient is the same sum).
             rows = rows[torch.argsort(batch.group_ids[rows], stable=True)]
-            metrics, finite = accumulate_gradients(batch.select(rows), models, cfg)
+            mini = batch.select(rows)
+            if pending:  # the first mini-batch: the others' old log-probs up front
+                fill_old_logprobs(batch, rows, models, cfg)
+                mini.old_logprobs = None
+            metrics, finite = accumulate_gradients(mini, models, cfg)
+            if pending:  # now every row has its old log-probs
+                mismatch_of_batch, pending = keep_old_logprobs(batch, rows, mini), False
             metrics.update(_grad_norm(models, opt.grad_clip))
             mismatch = {k: metrics.pop(k) for k in list(metrics) if k.startswith("rollout/")}
             if not (finite and all(math.isfinite(v) for v in metrics.values())):
@@ -296,5 +368,6 @@ def ppo_update(
             for key, value in metrics.items():
                 sums[key].append(value)
     out = {key: sum(values) / len(values) for key, values in sums.items()}
+    out.update(mismatch_of_batch)  # recomputed old vs rollout log-probs, all rows
     out["actor/skipped_steps"] = float(skipped)
     return out

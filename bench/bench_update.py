@@ -1,0 +1,412 @@
+"""Speed of the trainer's update (`ppo_update`) against the CPU's fp32 matmul peak.
+
+    python bench/bench_update.py [--repeats 3] [--dtype fp32|bf16|both] [--recompute]
+                                 [--cases demo,trl] [--profile]
+
+Two cases on the real default model (SmolLM2-135M-Instruct), built from trajectories with
+the project's own helpers (the rollout engine with a scripted backend, `build_batch`):
+
+- demo: the `cpu-bandit-starpo-s` update: GRPO, 4 groups x 8 bandit trajectories (the
+  real bandit prompt, 6 to 12 response tokens), one mini-batch of 32, micro-batches of 8;
+- trl:  1 group of 8 with a ~110-token prompt and 64 response tokens each (the size of
+  the TRL comparison), one mini-batch, one micro-batch.
+
+FLOPs are counted exactly from the shapes the update computes (not 6 x parameters x
+tokens): the matmuls of the linear layers for every token processed, attention over the
+(query, key) pairs a causal model needs, and the LM head at the positions it runs on
+(each shared-prompt position once), x3 for forward and backward (a backward pass does two
+matmuls of its forward's size per matmul). Tokens processed are those the forward passes
+run: the shared prompt once per micro-batch, then each row's own tokens (padding included
+where it is computed). 6 x N x tokens is printed beside it. The fp32 peak is the best
+2048^3 matmul at the start and at the end of the run, the higher of the two.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import torch  # noqa: E402
+
+from starpo.config import load_config  # noqa: E402
+from starpo.models import load_model  # noqa: E402
+from starpo.models.precision import Precision  # noqa: E402
+from starpo.rollout import RolloutEngine  # noqa: E402
+from starpo.rollout.backend import Generation  # noqa: E402
+from starpo.rollout.chat import ChatTokens  # noqa: E402
+from starpo.rollout.prompts import SYSTEM_PROMPT  # noqa: E402
+from starpo.trainer import forward, update  # noqa: E402
+from starpo.trainer.batch import TrainBatch, build_batch  # noqa: E402
+from starpo.trainer.models import build_models  # noqa: E402
+from starpo.trainer.optim import build_optimizers  # noqa: E402
+from starpo.types import Trajectory, Turn  # noqa: E402
+
+PRESET = "cpu-bandit-starpo-s"
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+# The demo's answers, 6 to 12 tokens: both arms, some with extra words or broken format.
+DEMO_REPLIES = (
+    "<answer> Dragon </answer>",
+    "<answer> Phoenix </answer>",
+    " Dragon </answer>",
+    "<answer> I pick Dragon </answer>",
+    "<answer> Phoenix, the safe one </answer>",
+    "<answer> Dragon || Phoenix </answer>",
+    "Phoenix </answer>",
+    "<answer> The Dragon arm </answer>",
+)
+LONG_TEXT = (
+    "I weigh the two arms. Phoenix sounds like a steady, modest payout every time, while "
+    "Dragon suggests a risky arm that pays a lot but rarely. The expected value decides: "
+    "a large reward with a small chance can still beat a small sure reward on average, so "
+    "I should compare probabilities and payouts before I choose which arm to pull now."
+)
+
+
+# --------------------------------------------------------------------- batches
+
+
+class ScriptedBackend:
+    """Replies with DEMO_REPLIES in turn (a real backend's interface, no model)."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer, self.calls = tokenizer, 0
+
+    def generate(self, requests, params):
+        out = []
+        for _ in requests:
+            text = DEMO_REPLIES[self.calls % len(DEMO_REPLIES)]
+            self.calls += 1
+            ids = self.tokenizer.encode(text, add_special_tokens=False)[: params.max_new_tokens]
+            out.append(Generation(ids, [-0.5] * len(ids), "stop", []))
+        return out
+
+    def release(self, sessions) -> None:
+        list(sessions)
+
+    def reset(self) -> None:
+        pass
+
+
+def demo_trajectories(cfg, tokenizer, groups: int) -> list[Trajectory]:
+    """`groups` x group_size bandit episodes with the real prompt and scripted answers."""
+    engine = RolloutEngine(ScriptedBackend(tokenizer), tokenizer, cfg.rollout.settings())
+    seeds = list(range(10_000, 10_000 + groups))
+    return engine.run(cfg.env.id, seeds, cfg.rollout.group_size)
+
+
+def long_trajectories(tokenizer, rows: int, prompt_tokens: int, response_tokens: int):
+    """One group of `rows` trajectories: a chat prompt of about `prompt_tokens`, then
+    `response_tokens` agent tokens each (all the same length: no padding)."""
+    chat = ChatTokens(tokenizer, "")
+    words = (LONG_TEXT + " " + LONG_TEXT).split()
+    prompt = chat.first_prompt(SYSTEM_PROMPT, " ".join(words))
+    while len(prompt) > prompt_tokens and words:  # trim the user message to size
+        words = words[:-1]
+        prompt = chat.first_prompt(SYSTEM_PROMPT, " ".join(words))
+    text_ids = tokenizer.encode(LONG_TEXT * 4, add_special_tokens=False)
+    out = []
+    for row in range(rows):
+        response = text_ids[row : row + response_tokens]  # each row its own tokens
+        reward = float(row % 3 == 0)
+        turn = Turn("", "", "", [], [], True, reward, reward, response_tokens=len(response))
+        out.append(
+            Trajectory(
+                env_id="bandit",
+                seed=0,
+                group=0,
+                turns=[turn],
+                token_ids=prompt + response,
+                loss_mask=[0] * len(prompt) + [1] * len(response),
+                logprobs=[0.0] * len(prompt) + [-1.0] * len(response),
+                turn_ends=[len(prompt) + len(response) - 1],
+            )
+        )
+    return out
+
+
+@dataclass
+class Case:
+    name: str
+    overrides: dict[str, str]
+    trajectories: Callable[..., list[Trajectory]]
+
+
+CASES = {
+    "demo": Case("demo", {}, lambda cfg, tok: demo_trajectories(cfg, tok, groups=4)),
+    "trl": Case(
+        "trl",
+        {"optim.mini_batch_size": "8", "optim.micro_batch_size": "8"},
+        lambda cfg, tok: long_trajectories(tok, rows=8, prompt_tokens=110, response_tokens=64),
+    ),
+}
+
+
+# --------------------------------------------------------------------- FLOPs
+
+
+@dataclass
+class FlopCounter:
+    """Exact matmul FLOPs and tokens of the training forward passes (`policy_logprobs`)."""
+
+    config: object
+    flops: float = 0.0
+    tokens: int = 0
+    real_tokens: int = 0
+    rows: int = 0
+
+    def layer_flops(self, queries: int, keys_seen: int) -> float:
+        """Forward FLOPs of all decoder layers for `queries` tokens whose attention spans
+        `keys_seen` (query, key) pairs in all."""
+        c = self.config
+        hidden, inter, layers = c.hidden_size, c.intermediate_size, c.num_hidden_layers
+        kv = hidden * c.num_key_value_heads // c.num_attention_heads
+        weights = 2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * inter  # per layer
+        attention = 2 * 2 * hidden * keys_seen  # q.k and p.v over every head
+        return layers * (2 * weights * queries + attention)
+
+    def record(self, model, batch: TrainBatch, positions: torch.Tensor) -> None:
+        """Count one training forward (and its backward) at LM-head `positions`, with the
+        tokens `forward.hidden_at` runs: the whole padded rows, or the shared prefix once
+        and then each row's tail, padded (shared KV cache) or not (packed rows)."""
+        if not torch.is_grad_enabled():
+            return  # only passes with gradients count
+        rows, width = batch.input_ids.shape
+        prefix = forward.shared_prefix_length(batch)
+        if rows == 1 or prefix < forward.MIN_SHARED_PREFIX:
+            prefix = 0
+        own = batch.attention_mask[:, prefix:].sum(dim=1)  # (B,) each row's real tail
+        packs = getattr(forward, "packing_pays", None)  # absent before rows were packed
+        if prefix and packs is not None and packs(model, batch, prefix):
+            tails = own  # packed: no padding
+        else:
+            tails = torch.full_like(own, width - prefix)  # padded to the widest row
+        keys_prefix = prefix * (prefix + 1) // 2  # causal pairs within the prefix
+        keys_tail = int((tails * prefix + tails * (tails + 1) // 2).sum())
+        early = int((positions < prefix).sum())
+        head_rows = early + rows * (len(positions) - early)
+        lm_head = 2 * self.config.hidden_size * self.config.vocab_size * head_rows
+        forward_flops = self.layer_flops(prefix, keys_prefix)
+        forward_flops += self.layer_flops(int(tails.sum()), keys_tail) + lm_head
+        self.flops += 3 * forward_flops
+        self.tokens += prefix + int(tails.sum())
+        self.real_tokens += prefix + int(own.sum())
+        self.rows += head_rows
+
+    def reset(self) -> None:
+        self.flops, self.tokens, self.real_tokens, self.rows = 0.0, 0, 0, 0
+
+
+def counting(counter: FlopCounter, policy_logprobs: Callable) -> Callable:
+    """`policy_logprobs` that first counts the forward it runs (positions as it picks)."""
+
+    def wrapped(model, batch, *args, **kwargs):
+        targets = torch.nonzero(batch.loss_mask.any(dim=0)).squeeze(1)
+        counter.record(model, batch, targets[targets > 0] - 1)
+        return policy_logprobs(model, batch, *args, **kwargs)
+
+    return wrapped
+
+
+# --------------------------------------------------------------------- timing
+
+
+class Stopwatch:
+    """Wraps functions so that the seconds spent in them add up under a name."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def wrap(self, name: str, fn: Callable) -> Callable:
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+        return timed
+
+
+def matmul_peak(size: int = 2048, tries: int = 5, dtype: torch.dtype = torch.float32) -> float:
+    """Best GFLOP/s of a `size`^3 matmul over `tries` runs (after one warm-up)."""
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    a @ b
+    best = float("inf")
+    for _ in range(tries):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best / 1e9
+
+
+def fresh_batch(batch: TrainBatch) -> TrainBatch:
+    """A copy with the rollout's fields only (prepare fills the rest in place)."""
+    return TrainBatch(
+        batch.input_ids,
+        batch.attention_mask,
+        batch.loss_mask,
+        batch.old_logprobs.clone(),
+        batch.token_rewards.clone(),
+        batch.turn_rewards,
+        batch.turn_ends,
+        batch.scores,
+        batch.group_ids,
+    )
+
+
+def build_case(case: Case, model, tokenizer, dtype: str):
+    """(config, models, optimizers, batch template) as the trainer builds them."""
+    overrides = {"model.dtype": dtype, **case.overrides}
+    cfg = load_config(PRESET, [f"{k}={v}" for k, v in overrides.items()])
+    models = build_models(cfg, model, tokenizer, Precision(DTYPES[dtype], "cpu"))
+    optimizers = build_optimizers(cfg, models.actor, models.critic)
+    template = build_batch(case.trajectories(cfg, tokenizer), tokenizer.pad_token_id, False)
+    return cfg, models, optimizers, template
+
+
+def run_case(case: Case, model, tokenizer, dtype: str, args) -> dict:
+    """Median seconds of `ppo_update` (after a warm-up), with its breakdown and FLOPs."""
+    cfg, models, optimizers, template = build_case(case, model, tokenizer, dtype)
+    counter, watch = FlopCounter(model.config), Stopwatch()
+    originals = (update.policy_logprobs, update.accumulate_gradients, optimizers.step)
+    update.policy_logprobs = counting(counter, originals[0])
+    update.accumulate_gradients = watch.wrap("forward+backward", originals[1])
+    optimizers.step = watch.wrap("optimizer step", originals[2])
+    runs = []
+    try:
+        for repeat in range(args.repeats + 1):  # the first is a warm-up
+            batch = fresh_batch(template)
+            start = time.perf_counter()
+            update.prepare(batch, models, cfg, recompute_old_logprobs=args.recompute)
+            prepared = time.perf_counter()
+            counter.reset()
+            watch.seconds.clear()
+            update.ppo_update(batch, models, optimizers, cfg, torch.Generator().manual_seed(0))
+            done = time.perf_counter()
+            if repeat:
+                runs.append((done - prepared, prepared - start, dict(watch.seconds)))
+    finally:
+        update.policy_logprobs, update.accumulate_gradients = originals[:2]
+        del optimizers.step  # the instance attribute: the class's method again
+    seconds, prepare_s, parts = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+    params = sum(p.numel() for p in model.parameters())
+    return {
+        "batch": template,
+        "seconds": seconds,
+        "prepare": prepare_s,
+        "parts": parts,
+        "flops": counter.flops,
+        "tokens": counter.tokens,
+        "real_tokens": counter.real_tokens,
+        "head_rows": counter.rows,
+        "six_nd": 6 * params * counter.tokens,
+        "all_seconds": sorted(r[0] for r in runs),
+    }
+
+
+def report(
+    name: str, dtype: str, result: dict, peak: float, recompute: bool, bf16_peak: float
+) -> None:
+    batch, seconds = result["batch"], result["seconds"]
+    rows, width = batch.input_ids.shape
+    agent = int(batch.loss_mask.sum())
+    achieved = result["flops"] / seconds / 1e9
+    fb = result["parts"].get("forward+backward", 0.0)
+    step = result["parts"].get("optimizer step", 0.0)
+    other = seconds - fb - step
+    old = "recomputed" if recompute else "the rollout's"
+    print(f"\n[{name}, {dtype}] {rows} trajectories, widest {width} tokens, {agent} agent tokens")
+    print(
+        f"  update {seconds:.3f} s (median of {len(result['all_seconds'])}: "
+        + ", ".join(f"{s:.3f}" for s in result["all_seconds"])
+        + f"); prepare {result['prepare']:.3f} s (old log-probs: {old})"
+    )
+    print(
+        f"  tokens processed {result['tokens']} ({result['real_tokens']} without padding), "
+        f"LM head rows {result['head_rows']}"
+    )
+    print(
+        f"  FLOPs (exact) {result['flops'] / 1e9:.1f} G -> {achieved:.1f} GFLOP/s = "
+        f"{achieved / peak:.1%} of the fp32 peak;  6ND {result['six_nd'] / 1e9:.1f} G -> "
+        f"{result['six_nd'] / seconds / 1e9 / peak:.1%}"
+        + (f"  ({achieved / bf16_peak:.1%} of the bf16 peak)" if dtype == "bf16" else "")
+    )
+    print(
+        f"  breakdown: forward+backward {fb:.3f} s ({fb / seconds:.0%}), optimizer step "
+        f"{step:.3f} s ({step / seconds:.0%}), other {other:.3f} s ({other / seconds:.0%})"
+    )
+
+
+def profile_case(case: Case, model, tokenizer, dtype: str, args) -> None:
+    """torch.profiler's top operators (self CPU time) over one update after a warm-up."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cfg, models, optimizers, template = build_case(case, model, tokenizer, dtype)
+    for warm in (True, False):
+        batch = fresh_batch(template)
+        update.prepare(batch, models, cfg, recompute_old_logprobs=args.recompute)
+        generator = torch.Generator().manual_seed(0)
+        if warm:
+            update.ppo_update(batch, models, optimizers, cfg, generator)
+            continue
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            update.ppo_update(batch, models, optimizers, cfg, generator)
+    print(f"\n[{case.name}, {dtype}] profile of one update (self CPU time, by input shapes)")
+    table = prof.key_averages(group_by_input_shape=True).table(
+        sort_by="self_cpu_time_total",
+        row_limit=args.profile_rows,
+        max_name_column_width=40,
+        max_shapes_column_width=60,
+    )
+    print(table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3, help="timed updates (median)")
+    parser.add_argument("--dtype", choices=("fp32", "bf16", "both"), default="fp32")
+    parser.add_argument("--cases", default="demo,trl", help="comma-separated: demo, trl")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (0: default)")
+    parser.add_argument(
+        "--recompute", action="store_true", help="recompute old log-probs (bf16's default)"
+    )
+    parser.add_argument("--profile", action="store_true", help="print torch.profiler's table")
+    parser.add_argument("--profile-rows", type=int, default=25)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, tokenizer = load_model("smollm2-135m-instruct", dtype="fp32")
+    dtypes = ("fp32", "bf16") if args.dtype == "both" else (args.dtype,)
+    names = [n.strip() for n in args.cases.split(",") if n.strip()]
+    start_peak = matmul_peak()
+    results = []
+    for dtype in dtypes:
+        for name in names:
+            if args.profile:
+                profile_case(CASES[name], model, tokenizer, dtype, args)
+            else:
+                results.append((name, dtype, run_case(CASES[name], model, tokenizer, dtype, args)))
+    if not results:
+        return
+    end_peak = matmul_peak()
+    peak = max(start_peak, end_peak)  # the higher one: a noisy start must not flatter us
+    print(
+        f"smollm2-135m-instruct, {torch.get_num_threads()} threads; fp32 matmul peak "
+        f"(best 2048^3 of 5) {start_peak:.1f} GFLOP/s at the start, {end_peak:.1f} at the "
+        f"end: fractions below use {peak:.1f}"
+    )
+    bf16_peak = matmul_peak(dtype=torch.bfloat16) if "bf16" in dtypes else 0.0
+    if bf16_peak:
+        print(f"bf16 matmul peak (best 2048^3 of 5): {bf16_peak:.1f} GFLOP/s")
+    for name, dtype, result in results:
+        report(name, dtype, result, peak, args.recompute, bf16_peak)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""The training forward's faster paths give the plain forward's log-probs, entropy and
+gradients: log-probs from hidden states (`head_logprobs`), the tied embedding's gradient
+added in place, rows sharing a prompt packed into one sequence or sharing a KV cache."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from starpo.models import tiny_random_model
+from starpo.trainer import forward
+from starpo.trainer.batch import TrainBatch
+
+PATHS = {  # name -> module settings that force it
+    "logits": {"plain_head_weight": lambda model: None},
+    "cache": {"PACKING": "never"},
+    "packed": {"PACKING": "always"},
+}
+
+
+def _run(monkeypatch, batch: TrainBatch, path: str, model_fn=None, autocast: bool = False):
+    """Log-probs, entropy and every gradient of a fixed loss, through `path` ("plain": the
+    logits path without prefix sharing, the reference)."""
+    model, _ = model_fn() if model_fn else tiny_random_model(seed=1)
+    with monkeypatch.context() as patch:
+        if path == "plain":
+            patch.setattr(forward, "plain_head_weight", lambda model: None)
+            patch.setattr(forward, "MIN_SHARED_PREFIX", 10**9)
+        for name, value in PATHS.get(path, {}).items():
+            patch.setattr(forward, name, value)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            logprobs, entropy = forward.policy_logprobs(model, batch, temperature=0.8)
+        (0.7 * logprobs.sum() + 0.3 * entropy.sum()).backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return logprobs.detach(), entropy.detach(), grads
+
+
+def _assert_same(got, want, rtol=1e-5, atol=1e-5):
+    torch.testing.assert_close(got[0], want[0], rtol=rtol, atol=atol, msg="logprobs")
+    torch.testing.assert_close(got[1], want[1], rtol=rtol, atol=atol, msg="entropy")
+    assert got[2].keys() == want[2].keys()
+    for name, grad in want[2].items():
+        scale = float(grad.abs().max())
+        torch.testing.assert_close(got[2][name], grad, rtol=rtol, atol=atol * scale, msg=name)
+
+
+@pytest.mark.parametrize("path", ["logits", "cache", "packed"])
+@pytest.mark.parametrize("prefix", [40, 0], ids=["shared-prompt", "no-shared-prompt"])
+def test_every_path_matches_the_plain_forward(monkeypatch, prompt_batch, path, prefix):
+    # Agent tokens inside the shared prompt (a first turn) and after it; a padded row.
+    batch = prompt_batch(prefix, 12, first_turn=5, last_agent=8)
+    _assert_same(_run(monkeypatch, batch, path), _run(monkeypatch, batch, "plain"))
+
+
+@pytest.mark.parametrize("path", ["cache", "packed"])
+def test_an_untied_head_matches_the_plain_forward(monkeypatch, prompt_batch, bigram_model, path):
+    model, _ = bigram_model()
+    assert model.get_output_embeddings().weight is not model.get_input_embeddings().weight
+    model.requires_grad_(True)
+    batch = prompt_batch(40, 12, first_turn=5, last_agent=8)
+    got = _run(monkeypatch, batch, path, lambda: (model, None))
+    model.zero_grad(set_to_none=True)
+    want = _run(monkeypatch, batch, "plain", lambda: (model, None))
+    _assert_same(got, want)
+
+
+def test_bf16_autocast_stays_close_to_the_logits_path(monkeypatch, prompt_batch):
+    batch = prompt_batch(40, 12, first_turn=5, last_agent=8)
+    got = _run(monkeypatch, batch, "packed", autocast=True)
+    want = _run(monkeypatch, batch, "plain", autocast=True)
+    for name, grad in want[2].items():
+        assert float((got[2][name] - grad).norm() / grad.norm()) < 0.03, name
+    assert float((got[0] - want[0]).abs().max()) < 0.05
+
+
+def test_a_hooked_lm_head_runs_as_a_module():
+    model, _ = tiny_random_model(seed=1)
+    assert forward.plain_head_weight(model) is model.lm_head.weight
+    handle = model.lm_head.register_forward_hook(lambda *_: None)
+    assert forward.plain_head_weight(model) is None
+    handle.remove()
+    config = model.config
+    config.model_type, kept = "gemma2", config.model_type  # soft-capped logits
+    assert forward.plain_head_weight(model) is None
+    config.model_type = kept
+
+
+def test_the_tied_gradient_sink_is_only_for_a_training_tied_embedding():
+    model, _ = tiny_random_model(seed=1)
+    weight = model.lm_head.weight
+    assert forward._tied_grad_sink(model, weight) == []
+    with torch.no_grad():
+        assert forward._tied_grad_sink(model, weight) is None
+    weight.requires_grad_(False)
+    assert forward._tied_grad_sink(model, weight) is None
+
+
+# ------------------------------------------------------------------ packed rows
+
+
+def _tiny_batch() -> TrainBatch:
+    """Three rows sharing 3 tokens, then 2, 1 and 3 tokens of their own (right padded)."""
+    ids = torch.tensor([[5, 6, 7, 10, 11, 0], [5, 6, 7, 20, 0, 0], [5, 6, 7, 30, 31, 32]])
+    attention = (ids > 0).long()
+    zeros = torch.zeros(ids.shape)
+    return TrainBatch(
+        ids, attention, attention.float(), zeros, zeros, zeros[:, :1], zeros[:, :1].long(),
+        zeros[:, 0], torch.zeros(3, dtype=torch.long),
+    )  # fmt: skip
+
+
+def test_pack_rows_puts_the_prefix_once_then_each_rows_own_tokens():
+    packed = forward.pack_rows(_tiny_batch(), prefix=3)
+    assert packed.ids.tolist() == [5, 6, 7, 10, 11, 20, 30, 31, 32]
+    assert packed.positions.tolist() == [0, 1, 2, 3, 4, 3, 3, 4, 5]
+    assert packed.segments.tolist() == [-1, -1, -1, 0, 0, 1, 2, 2, 2]
+    assert packed.starts.tolist() == [3, 5, 6]
+
+
+def test_packed_mask_shows_each_token_the_prefix_and_its_own_row_before_it():
+    packed = forward.pack_rows(_tiny_batch(), prefix=3)
+    mask = forward.packed_attention_mask(packed, "sdpa", torch.float32)[0, 0]
+    assert mask[4].tolist() == [1, 1, 1, 1, 1, 0, 0, 0, 0]  # row 0's second token
+    assert mask[6].tolist() == [1, 1, 1, 0, 0, 0, 1, 0, 0]  # row 2's first token
+    assert mask[1].tolist() == [1, 1, 0, 0, 0, 0, 0, 0, 0]  # inside the prefix: causal
+    additive = forward.packed_attention_mask(packed, "eager", torch.float32)[0, 0]
+    assert torch.equal(additive == 0, mask)
+
+
+def test_packed_index_finds_each_rows_token_at_each_position():
+    batch = _tiny_batch()
+    packed = forward.pack_rows(batch, prefix=3)
+    index = forward.packed_index(packed, batch, torch.tensor([2, 3, 4, 5]))
+    # Row 1 ends at position 3: its padding positions read its last token (no loss there).
+    assert index.tolist() == [[2, 3, 4, 4], [2, 5, 5, 5], [2, 6, 7, 8]]
+    assert torch.equal(packed.ids[index[2]], batch.input_ids[2, 2:6])
+
+
+def test_packing_pays_for_short_tails_not_for_long_ones(prompt_batch):
+    """The two bench cases (bench/bench_update.py): the bandit's ~200-token prompt with ~8
+    answer tokens packs (measured 5.3 s vs 6.9 s an update), 8 x 64 tokens after a
+    ~110-token prompt keeps the shared cache (3.15 s vs 3.56 s)."""
+    model, _ = tiny_random_model(seed=1)
+    smollm = {"hidden_size": 576, "intermediate_size": 1536, "num_key_value_heads": 3}
+    for key, value in {**smollm, "num_attention_heads": 9}.items():
+        setattr(model.config, key, value)
+    bandit = prompt_batch(197, 11, first_turn=0, last_agent=8, rows=8)
+    long = prompt_batch(110, 64, first_turn=0, last_agent=64, rows=8)
+    assert forward.packing_pays(model, bandit, forward.shared_prefix_length(bandit))
+    assert not forward.packing_pays(model, long, forward.shared_prefix_length(long))
+    model.config.sliding_window = 4096  # a custom mask would drop the window
+    assert not forward.packing_pays(model, bandit, forward.shared_prefix_length(bandit))
