@@ -139,6 +139,12 @@ def test_inverse_cdf_sampling_follows_the_distribution():
     frequencies = torch.bincount(draws, minlength=4).float() / len(draws)
     torch.testing.assert_close(frequencies, torch.tensor([0.5, 0.3, 0.2, 0.0]), atol=0.01, rtol=0)
     assert (draws != 3).all()  # zero probability: never drawn
+    # Tokens at block edges and past the last full block (vocab 1000, blocks of 256).
+    edges = torch.zeros(4, 1000)
+    for row, token in enumerate((0, 255, 256, 999)):
+        edges[row, token] = 1.0
+    generator = torch.Generator().manual_seed(1)
+    assert inverse_cdf_sample(edges, generator).tolist() == [0, 255, 256, 999]
 
 
 def test_rollout_dtype_auto_follows_compute_dtype_and_the_cpu(monkeypatch):

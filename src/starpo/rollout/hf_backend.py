@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from transformers import DynamicCache
 
 from starpo.models.compat import cache_argument
@@ -46,16 +47,26 @@ def sample_tokens(
     return tokens, logprobs.gather(-1, tokens[:, None])[:, 0]
 
 
-def inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One draw per row of (B, V) probabilities: a uniform number looked up in the row's
-    cumulative sum. Costs one pass over the vocabulary, where torch.multinomial draws an
-    exponential per entry (32 ms of a 150 ms decode step at batch 32 on a CPU). The sum is
-    in fp64 so rounding cannot shift mass between tokens; zero-probability tokens (cut by
-    top-p) are never picked, as their cumulative sum does not rise."""
-    cdf = probs.double().cumsum(dim=-1)
-    uniform = torch.rand(len(probs), 1, generator=generator, device=probs.device, dtype=cdf.dtype)
-    picked = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True)[:, 0]
-    return picked.clamp(max=probs.shape[-1] - 1)
+def inverse_cdf_sample(
+    probs: torch.Tensor, generator: torch.Generator | None, block: int = 256
+) -> torch.Tensor:
+    """One draw per row of (B, V) probabilities by inverting the cumulative sum with one
+    uniform number, in two levels: pick a block of `block` tokens by the blocks' masses,
+    then a token inside it. torch.multinomial draws an exponential per vocabulary entry
+    (32 ms of a 150 ms decode step at batch 32 on a CPU) and a full-length cumsum is a
+    sequential scan (22 ms at batch 128); block sums and two short cumsums are a few ms.
+    Sums are fp64, so rounding cannot move mass between tokens; zero-probability tokens
+    (cut by top-p) are never picked, as the cumulative sum does not rise at them."""
+    rows, vocab = probs.shape
+    blocks = F.pad(probs, (0, -vocab % block)).view(rows, -1, block)  # (B, nb, block)
+    cdf = blocks.sum(dim=-1, dtype=torch.float64).cumsum(dim=-1)  # (B, nb)
+    uniform = torch.rand(rows, 1, generator=generator, device=probs.device, dtype=cdf.dtype)
+    target = uniform * cdf[:, -1:]
+    chosen = torch.searchsorted(cdf, target, right=True).clamp(max=cdf.shape[1] - 1)  # (B, 1)
+    before = torch.where(chosen > 0, cdf.gather(1, (chosen - 1).clamp(min=0)), 0.0)
+    inside = blocks[torch.arange(rows, device=probs.device), chosen[:, 0]]  # (B, block)
+    within = torch.searchsorted(inside.double().cumsum(dim=-1), target - before, right=True)
+    return (chosen[:, 0] * block + within[:, 0].clamp(max=block - 1)).clamp(max=vocab - 1)
 
 
 def ends_with_stop(tokens: list[int], params: SamplingParams) -> list[int] | None:

@@ -325,6 +325,7 @@ class LeanBackend(HFBackend):
         if store.length == 0 and store.rows != input_ids.shape[0]:
             store = self._cache = self.lean.new_store(input_ids.shape[0], self.device)
         store.ensure(store.length + max(width, self.room))
+        self.room = 0  # reserved: the call's decode steps fit in it
         return self.lean.forward(input_ids, positions, attention_mask(self._mask, width), store)
 
 
