@@ -68,7 +68,8 @@ class ModelConfig(ConfigSection):
         "auto",
         "Compute dtype. bf16: forwards run under torch.autocast in bf16 while trainable "
         "weights and optimizer state stay fp32 (frozen reference / LoRA base in bf16). "
-        "auto = bf16 on a GPU that supports it, else fp32 (bf16 is very slow on CPU).",
+        "auto = bf16 on a GPU that supports it, else fp32 (CPU training stays fp32; rollouts "
+        "may still decode in bf16, see rollout.dtype).",
         choices=("auto", "fp32", "bf16", "float32", "bfloat16"),
     )
     lora: LoraConfig = _section(LoraConfig, "LoRA adapters")

@@ -61,7 +61,8 @@ def resolve_device(device: str | torch.device) -> torch.device:
 def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
     """Parse `dtype`; "auto" means bfloat16 on CUDA and float32 elsewhere.
 
-    (bf16 matmuls on a CPU are far slower than fp32, and fp32 is what CPUs train in.)
+    (CPU training stays fp32: bf16 matmuls are fast only on CPUs with native bf16, and
+    rollouts pick their own dtype, see `precision.rollout_dtype`.)
     """
     if isinstance(dtype, torch.dtype):
         return dtype

@@ -17,7 +17,9 @@ class TrainBatch:
     input_ids: torch.Tensor  # (B, T) right-padded
     attention_mask: torch.Tensor  # (B, T) 1 on real tokens
     loss_mask: torch.Tensor  # (B, T) float, 1 on the agent's generated tokens
-    old_logprobs: torch.Tensor  # (B, T) rollout log-probs (0 off the mask)
+    # (B, T) rollout log-probs (0 off the mask); None between `prepare` and `ppo_update`
+    # when they are recomputed (ppo_update fills them in, see update.fill_old_logprobs)
+    old_logprobs: torch.Tensor | None
     token_rewards: torch.Tensor  # (B, T) rewards placed on agent tokens
     turn_rewards: torch.Tensor  # (B, K) per-turn training rewards, 0-padded
     turn_ends: torch.Tensor  # (B, K) last agent token of each turn, -1-padded

@@ -2,7 +2,7 @@
 
 transformers checkpoints its decoder layers only in training mode, which would switch dropout
 on (training forwards must reproduce the rollout's log-probs exactly), and it drops the KV
-cache while checkpointing, which the shared-prompt forward (`forward.logits_at`) passes from
+cache while checkpointing, which the shared-prompt forward (`forward.hidden_at`) passes from
 the prompt to the rest of the rows. So we checkpoint each decoder layer ourselves, in any
 mode: only the layer's inputs are kept for backward and its activations are recomputed there.
 """
