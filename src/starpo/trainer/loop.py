@@ -13,6 +13,7 @@ from starpo.config import TrainConfig, config_to_dict, save_config
 from starpo.diagnostics import ResponseMemory, echo_trap_metrics
 from starpo.envs import make
 from starpo.logs import console_logger
+from starpo.memory import return_large_frees_to_os
 from starpo.models.precision import precision_for, rollout_dtype
 from starpo.registry import GENERATION_BACKENDS
 from starpo.rollout.engine import RolloutEngine
@@ -81,6 +82,7 @@ class Trainer:
         from starpo.models.loading import resolve_device, resolve_dtype
 
         self.cfg, self.run_dir, self.quiet = cfg, Path(run_dir), quiet
+        return_large_frees_to_os()  # a freed rollout KV cache must not stay resident
         self.folder = RunFolder(self.run_dir)
         make(cfg.env.id, **cfg.env.kwargs)  # bad env ids / kwargs fail before the model loads
         make(cfg.env.validation_id, **cfg.env.validation_kwargs)
