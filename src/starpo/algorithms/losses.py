@@ -178,7 +178,9 @@ def kl_k2(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
 
 def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     log_ratio = (ref_logprobs - logprobs).clamp(-K3_LOG_RATIO_CLAMP, K3_LOG_RATIO_CLAMP)
-    return torch.exp(log_ratio) - log_ratio - 1.0
+    # exp(r) - 1 - r, with expm1: exp(r) - 1 cancels for small r and could go below 0
+    # (-1.1e-16 at r = 1e-8); expm1(r) >= r holds after rounding too.
+    return torch.expm1(log_ratio) - log_ratio
 
 
 def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: str = "k1") -> Tensor:
