@@ -13,3 +13,10 @@ def cache_argument(model: nn.Module) -> str:
     base model's signature decides."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def uses_sliding_window(config: object) -> bool:
+    """Whether a model attends within a sliding window (Mistral, Qwen2 with it switched
+    on): code that builds its own attention (the lean decoder, packed rows) would drop it."""
+    window = getattr(config, "sliding_window", None)
+    return window is not None and bool(getattr(config, "use_sliding_window", True))

@@ -17,6 +17,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from starpo.models.loading import resolve_dtype
+
 
 @dataclass(frozen=True)
 class Precision:
@@ -82,10 +84,8 @@ def cpu_has_native_bf16() -> bool:
 def rollout_dtype(setting: str, compute_dtype: torch.dtype, device: torch.device) -> torch.dtype:
     """The dtype rollouts decode in. auto: the trainer's compute dtype, or bf16 on a CPU
     with native bf16 (decoding reads every weight once per token: half the bytes)."""
-    if setting in ("fp32", "float32"):
-        return torch.float32
-    if setting in ("bf16", "bfloat16"):
-        return torch.bfloat16
+    if setting != "auto":
+        return resolve_dtype(setting, torch.device(device))
     if compute_dtype != torch.float32:
         return compute_dtype
     native = torch.device(device).type == "cpu" and cpu_has_native_bf16()

@@ -162,8 +162,12 @@ class HFBackend:
     # ------------------------------------------------------------------ batch state
     def _start(self, sessions: list[int]) -> None:
         self._rows = list(sessions)
+        self._empty_cache(len(sessions))
+
+    def _empty_cache(self, rows: int) -> None:
+        """An empty cache and attention mask for `rows` sequences."""
         self._cache = DynamicCache()
-        self._mask = torch.zeros(len(sessions), 0, dtype=torch.long, device=self.device)
+        self._mask = torch.zeros(rows, 0, dtype=torch.long, device=self.device)
 
     def _align(self, sessions: list[int]) -> None:
         """Make the cache rows exactly `sessions`, in order."""
@@ -189,8 +193,7 @@ class HFBackend:
 
     def _forward(self, input_ids: torch.Tensor, new_mask: torch.Tensor) -> torch.Tensor:
         """Feed (B, L) tokens whose mask is `new_mask`; return the last position's logits."""
-        self._mask = torch.cat([self._mask, new_mask], dim=1)
-        positions = (self._mask.cumsum(dim=1) - 1).clamp(min=0)[:, -input_ids.shape[1] :]
+        positions = self._extend_mask(new_mask)
         out = self.model(
             input_ids=input_ids,
             attention_mask=self._mask,
@@ -201,6 +204,12 @@ class HFBackend:
         )
         self._cache = out[self._cache_arg]
         return out.logits[:, -1]  # (B, V)
+
+    def _extend_mask(self, new_mask: torch.Tensor) -> torch.Tensor:
+        """Append (B, L) `new_mask` to the attention mask; return the new tokens' position
+        ids, which count only real tokens (a sequence sees the positions it would alone)."""
+        self._mask = torch.cat([self._mask, new_mask], dim=1)
+        return (self._mask.cumsum(dim=1) - 1).clamp(min=0)[:, -new_mask.shape[1] :]
 
     def _feed(self, chunks: list[list[int]]) -> torch.Tensor:
         """Left-pad the chunks into one (B, L) block so every row's last column is real."""
@@ -221,7 +230,7 @@ class HFBackend:
         index = [first_row.setdefault(tuple(chunk), len(first_row)) for chunk in chunks]
         if len(first_row) == len(chunks):
             return self._feed(chunks)
-        self._mask = torch.zeros(len(first_row), 0, dtype=torch.long, device=self.device)
+        self._empty_cache(len(first_row))
         logits = self._feed([list(chunk) for chunk in first_row])
         rows = torch.tensor(index, device=self.device)
         self._cache.batch_select_indices(rows)  # repeated indices copy the shared prompt

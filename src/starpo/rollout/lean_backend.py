@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from starpo.models.compat import uses_sliding_window
 from starpo.rollout.backend import BackendNumerics
 from starpo.rollout.hf_backend import HFBackend, build_hf_backend
 
@@ -44,7 +45,7 @@ def lean_support(model: Any) -> str | None:
         return f"model type {model_type!r} is not one of {', '.join(LEAN_MODEL_TYPES)}"
     if getattr(config, "hidden_act", "silu") != "silu":
         return f"activation {config.hidden_act!r} is not silu"
-    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
+    if uses_sliding_window(config):
         return "sliding-window attention is not implemented"
     if getattr(model, "peft_config", None):
         return "LoRA adapters are not merged into the lean decoder's weights"
@@ -314,17 +315,13 @@ class LeanBackend(HFBackend):
         self.room = longest + 1 + params.max_new_tokens
         return super().generate(requests, params)
 
-    def _start(self, sessions: list[int]) -> None:
-        super()._start(sessions)
-        self._cache = self.lean.new_store(len(sessions), self.device)
+    def _empty_cache(self, rows: int) -> None:
+        super()._empty_cache(rows)
+        self._cache = self.lean.new_store(rows, self.device)
 
     def _forward(self, input_ids: torch.Tensor, new_mask: torch.Tensor) -> torch.Tensor:
-        self._mask = torch.cat([self._mask, new_mask], dim=1)
-        width = input_ids.shape[1]
-        positions = (self._mask.cumsum(dim=1) - 1).clamp(min=0)[:, -width:]
-        store = self._cache
-        if store.length == 0 and store.rows != input_ids.shape[0]:
-            store = self._cache = self.lean.new_store(input_ids.shape[0], self.device)
+        positions = self._extend_mask(new_mask)
+        width, store = input_ids.shape[1], self._cache
         store.ensure(store.length + max(width, self.room))
         self.room = 0  # reserved: the call's decode steps fit in it
         return self.lean.forward(input_ids, positions, attention_mask(self._mask, width), store)

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from starpo.algorithms import entropy_from_logits, head_logprobs, token_logprobs
-from starpo.models.compat import cache_argument
+from starpo.models.compat import cache_argument, uses_sliding_window
 from starpo.trainer.batch import TrainBatch
 
 #: Shortest common prefix worth encoding once for the whole micro-batch.
@@ -317,8 +317,7 @@ def packing_pays(model: nn.Module, batch: TrainBatch, prefix: int) -> bool:
     config = model.config
     if PACKING == "never" or config._attn_implementation not in PACKABLE_ATTENTION:
         return False
-    window = getattr(config, "sliding_window", None)  # Mistral, Qwen2 have the field
-    if window is not None and getattr(config, "use_sliding_window", True):
+    if uses_sliding_window(config):
         return False
     if PACKING == "always":
         return True

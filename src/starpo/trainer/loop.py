@@ -104,9 +104,9 @@ class Trainer:
         recompute = cfg.algorithm.recompute_old_logprobs
         # auto: the rollout's log-probs serve as old log-probs only if the backend computes
         # exactly as the update does.
-        exact = self.backend.numerics.exact_logprobs
-        self.recompute_old_logprobs = (not exact) if recompute is None else recompute
         numerics = self.backend.numerics
+        exact = numerics.exact_logprobs
+        self.recompute_old_logprobs = (not exact) if recompute is None else recompute
         source = "recomputed in training" if self.recompute_old_logprobs else "the rollout's"
         self.say(
             f"rollouts: {numerics.name} backend in {numerics.compute_dtype}; "
