@@ -112,6 +112,21 @@ class BanditEnv(TextEnv):
     def optimal_success_probability(self) -> float:
         return 1.0 if self._pulled is None else float(self.is_success())
 
+    def explain(self, action: str) -> str | None:
+        """Why the solver's arm: which arm is the risky one, and which pays more on average
+        (the same expected rewards `best_arm` compares). None for the other arm."""
+        index = self.action_index(action)
+        if index is None or self.action_names[index] != self.optimal_action():
+            return None
+        arm = self.best_arm
+        other = self.high_risk_name if arm == self.low_risk_name else self.low_risk_name
+        # "risky, but pays more" is the lesson of the default arms; "safe, and pays more"
+        # only holds for custom rewards that favour the safe arm.
+        kind = "risky arm, but" if arm == self.high_risk_name else "safe arm, and"
+        more = self.expected_reward(arm) > self.expected_reward(other)
+        pays = "pays more on average than" if more else "pays on average as much as"
+        return f"{arm} is the {kind} it {pays} {other}, so I pull {arm}."
+
 
 def _check_names(low: Any, high: Any) -> None:
     for name in (low, high):

@@ -75,6 +75,12 @@ class TextEnv(ABC):
         """Success probability of the optimal policy from the current state and budget."""
         raise NotImplementedError(f"{type(self).__name__} has no solver")
 
+    def explain(self, action: str) -> str | None:
+        """One or two short sentences, in the agent's voice, saying why `action` is a good
+        move from the current state (call before the action is applied); None when the env
+        offers no rationale, e.g. for a move its solver would not make."""
+        return None
+
     # ------------------------------------------------------------------- public API
     @property
     def done(self) -> bool:

@@ -51,6 +51,9 @@ PLAYER_SYMBOLS = {START: "P", FROZEN: "P", HOLE: "X", GOAL: "√"}
 #: Redraws allowed before random map generation gives up (only reachable with tiny p_frozen).
 MAX_MAP_TRIES = 10_000
 
+#: Action id -> where a neighbouring tile in that direction lies, in the agent's words.
+NEIGHBOUR_WORDS = ("on my left", "below me", "on my right", "above me")
+
 _EXAMPLE_DESC = '["SFFF", "FHFH", "FFFH", "HFFG"]'
 
 
@@ -223,7 +226,50 @@ class FrozenLakeEnv(TextEnv):
         _, success_prob = self._solve()
         return float(success_prob[max(self.steps_left, 0), self._state()])
 
+    def explain(self, action: str) -> str | None:
+        """Why the solver's move is good: where the goal lies, and what the transition model
+        says about holes (every tile the move can land on, slips included). None for any
+        other action."""
+        index = self.action_index(action)
+        if index is None or self.action_names[index] != self.optimal_action():
+            return None
+        rows, name = self._rows(), self.action_names[index]
+        landing = {d: next_position(rows, self.position, d) for d in range(len(ACTIONS))}
+        holes = [d for d, (r, c) in landing.items() if rows[r][c] == HOLE]
+        outcomes = slip_directions(index, self.is_slippery)
+        hole = f"hole ({TILE_SYMBOLS[HOLE]})"
+        move = f"Moving {name}"
+        if len(outcomes) > 1 and landing[index] == self.position:
+            # A deliberate bump into the edge: only a slip moves the player.
+            slips = [ACTIONS[d] for d in outcomes if landing[d] != self.position]
+            move += f" bumps the edge, so I stay or slip {' or '.join(slips)}; it"
+        risky = [d for d in outcomes if d in holes]
+        if index in risky:
+            safety = f"could end in a {hole}"
+        elif risky:
+            safety = f"could slip {' or '.join(ACTIONS[d] for d in risky)} into a {hole}"
+        elif len(outcomes) == 1:
+            safety = f"does not step into a {hole}"
+        elif holes:
+            where = " and ".join(NEIGHBOUR_WORDS[d] for d in holes)
+            safety = f"cannot slip into the hole{'s' if len(holes) > 1 else ''} {where}"
+        else:
+            safety = f"cannot slip into a {hole}"
+        if risky:  # the optimal move maximises the chance to reach the goal, risk included
+            safety += ", but no other move gives a better chance"
+        return f"{self._goal_direction()} {move} {safety}."
+
     # ------------------------------------------------------------------- helpers
+    def _goal_direction(self) -> str:
+        """E.g. "The goal (G) is down and to the right." """
+        (r, c), (gr, gc) = self.position, find_tile(self._rows(), GOAL)
+        vertical = "down" if gr > r else "up" if gr < r else ""
+        horizontal = "to the right" if gc > c else "to the left" if gc < c else ""
+        where = " and ".join(w for w in (vertical, horizontal) if w)
+        if not horizontal:
+            where = f"straight {vertical}"
+        return f"The goal ({TILE_SYMBOLS[GOAL]}) is {where}."
+
     def _rows(self) -> tuple[str, ...]:
         if self.desc is None:
             raise RuntimeError("no map yet: call reset() first")

@@ -52,3 +52,8 @@ def make_policy(name: str, seed: int = 0) -> Policy:
 def has_solver(env: TextEnv) -> bool:
     """Whether the env implements the optional solver hooks."""
     return type(env).optimal_action is not TextEnv.optimal_action
+
+
+def has_rationale(env: TextEnv) -> bool:
+    """Whether the env implements the optional `explain` hook (rationales for moves)."""
+    return type(env).explain is not TextEnv.explain

@@ -207,6 +207,34 @@ class SokobanEnv(TextEnv):
         """1.0 when the puzzle can be solved within `steps_left` actions, else 0.0."""
         return 0.0 if self._plan_from_here() is None else 1.0
 
+    def explain(self, action: str) -> str | None:
+        """Why the solver's move is good: where the box it works on stands (relative to me,
+        or to the target the plan brings it to) and what the move does. Symbols are the
+        env's own, so the text stays true for every vocab. None for any other action."""
+        index = self.action_index(action)
+        plan = self._plan_from_here()
+        if index is None or not plan or plan[0] != self.action_names[index]:
+            return None
+        assert self.level is not None
+        first, start, end = box_journey(self.level.walls, self.boxes, self.player, plan)
+        grid = self.render().splitlines()  # name each cell by the symbol the agent sees there
+        box = f"box ({grid[start[0]][start[1]]})"
+        target = f"target ({grid[end[0]][end[1]]})"
+        push = plan[first]
+        if first > 0:  # a walk: say which box the plan pushes next, and from which side
+            return (
+                f"The {box} is {relative(start, self.player)} me. "
+                f"I walk {plan[0]} to get {STAND_SIDE[push]}, then push it {push}."
+            )
+        if start == end:  # pushed away to make room, brought back later
+            return f"I push the {box} {push} off its target to make room; it comes back later."
+        where = f"The {box} is {relative(start, end)} its {target}"
+        dr, dc = DELTAS[index]
+        if (start[0] + dr, start[1] + dc) != end:
+            return f"{where}, so I push it {push}."
+        done = " That solves the puzzle." if len(plan) == 1 else ""
+        return f"{where}, so pushing it {push} puts it on the target.{done}"
+
     # ---------------------------------------------------------------------- helpers
     def current_level(self) -> SokobanLevel:
         """The current state as a level (e.g. for `format_xsb`)."""
@@ -263,6 +291,48 @@ class SokobanEnv(TextEnv):
             f"<SokobanEnv {rows}x{cols} boxes={self.num_boxes} vocab={self.vocab} "
             f"max_steps={self.max_steps}>"
         )
+
+
+# ------------------------------------------------------------------------ rationales
+#: Push direction -> where the player must stand relative to the box, as words.
+STAND_SIDE = {"Up": "below it", "Down": "above it", "Left": "to its right", "Right": "to its left"}
+_NUMBERS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+
+def box_journey(
+    walls: frozenset[Cell], boxes: frozenset[Cell], player: Cell, plan: Sequence[str]
+) -> tuple[int, Cell, Cell]:
+    """Follow a solving plan to its first push: (index of that action, the cell of the box
+    it pushes, the cell where that box ends when the plan is done, i.e. its target)."""
+    first, start, box = -1, player, player
+    for i, name in enumerate(plan):
+        index = ACTION_NAMES.index(name)
+        dr, dc = DELTAS[index]
+        step = (player[0] + dr, player[1] + dc)
+        if step in boxes and first < 0:
+            first, start, box = i, step, step
+        if step == box:  # the box we follow is pushed on
+            box = (step[0] + dr, step[1] + dc)
+        moved = move(walls, boxes, player, index)
+        assert moved is not None, "the plan holds a blocked move"
+        boxes, player = moved
+    return first, start, box
+
+
+def relative(cell: Cell, origin: Cell) -> str:
+    """Where `cell` lies seen from `origin`, e.g. "one row above and two columns left of"."""
+    dr, dc = cell[0] - origin[0], cell[1] - origin[1]
+    parts = []
+    if dr:
+        parts.append(f"{_count(abs(dr), 'row')} {'below' if dr > 0 else 'above'}")
+    if dc:
+        parts.append(f"{_count(abs(dc), 'column')} {'right' if dc > 0 else 'left'} of")
+    return " and ".join(parts) if parts else "at"
+
+
+def _count(n: int, noun: str) -> str:
+    word = _NUMBERS[n] if n < len(_NUMBERS) else str(n)
+    return f"{word} {noun}" + ("" if n == 1 else "s")
 
 
 # ------------------------------------------------------------------------ validation
