@@ -104,11 +104,14 @@ def _rollout_settings_from_args(args: argparse.Namespace) -> Any:
     from dataclasses import fields
 
     from starpo.rollout.engine import RolloutSettings, check_settings
+    from starpo.rollout.evaluate import default_max_new_tokens
 
     for name in ("samples_per_seed", "batch_size"):  # eval's own, not per-episode settings
         if getattr(args, name) < 1:
             raise UserError(f"{_flag(name)} must be >= 1, got {getattr(args, name)}")
     values = {f.name: getattr(args, f.name) for f in fields(RolloutSettings) if f.name in args}
+    if values.get("max_new_tokens") is None:  # not given: the think mode decides
+        values["max_new_tokens"] = default_max_new_tokens(values["think"])
     check_settings(values, spell=_flag)
     return RolloutSettings(**values)
 
@@ -117,11 +120,26 @@ def _eval_model(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
     from starpo.envs import make
     from starpo.envs.policies import has_solver
     from starpo.evaluation import play_episodes, summarise, write_results
-    from starpo.rollout.evaluate import evaluate_model
+    from starpo.rollout.evaluate import EvalProgress, evaluate_model
 
     settings = _rollout_settings_from_args(args)
     seeds = list(range(args.seed_start, args.seed_start + args.episodes))
+    if not args.quiet:
+        print(f"eval {args.env} with {args.model}: {_mode(asdict(settings))}")
     with _progress(None, args, total=len(seeds) * args.samples_per_seed) as bar:
+
+        def show(progress: EvalProgress) -> None:
+            # Episodes drive the bar and its ETA; a batch of episodes takes several turns,
+            # so the postfix shows that the turns (and tokens) are moving meanwhile.
+            n = progress.generated_tokens
+            tokens = f"{n / 1000:.1f}k" if n >= 1000 else str(n)
+            bar.set_postfix_str(
+                f"turn {progress.turn}/{progress.max_turns} | {tokens} tok | "
+                f"{progress.tokens_per_s:.0f} tok/s",
+                refresh=False,
+            )
+            bar.update(progress.episodes_done - bar.n)
+
         result, summary = evaluate_model(
             args.env,
             args.model,
@@ -134,7 +152,7 @@ def _eval_model(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
             dtype=args.dtype,
             seed=args.seed_start,
             env_kwargs=env_kwargs,
-            on_batch=bar.update,
+            on_turn=show,
         )
     summary = {
         "env": args.env,
@@ -163,11 +181,18 @@ def _eval_model(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
     return 0
 
 
+def _mode(settings: dict[str, Any]) -> str:
+    """E.g. "no think, at most 64 new tokens a turn": what bounds the cost of a turn."""
+    think = "think" if settings["think"] else "no think"
+    return f"{think}, at most {settings['max_new_tokens']} new tokens a turn"
+
+
 def format_comparison(summary: dict[str, Any]) -> str:
     """The model beside the reference policies on the same seeds, then the model's details."""
     rows = [("model", summary)] + list(summary["baselines"].items())
+    mode = _mode(summary["settings"])
     lines = [
-        f"{summary['env']}: {summary['num_episodes']} episodes, model {summary['model']}",
+        f"{summary['env']}: {summary['num_episodes']} episodes, model {summary['model']}, {mode}",
         f"{'policy':<8}{'success':>9}  {'95% CI':<17}{'reward':>8}{'valid':>8}",
     ]
     for name, s in rows:
@@ -236,7 +261,8 @@ def _add_model_eval_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--batch-size", type=int, default=32, help="episodes generated together (default 32)"
     )
-    _add_settings_flags(g, {"temperature": 0.5})  # evaluation samples at 0.5 (RAGEN)
+    # Evaluation samples at 0.5 (RAGEN); the token budget follows --think when not given.
+    _add_settings_flags(g, {"temperature": 0.5, "max_new_tokens": None})
 
 
 def _add_settings_flags(group: Any, defaults: dict[str, Any]) -> None:
@@ -245,14 +271,19 @@ def _add_settings_flags(group: Any, defaults: dict[str, Any]) -> None:
     from dataclasses import fields
 
     from starpo.rollout.engine import RolloutSettings
+    from starpo.rollout.evaluate import default_max_new_tokens
 
     for f in fields(RolloutSettings):
         default = defaults.get(f.name, f.default)
-        if isinstance(default, bool):  # --think / --no-think
+        if isinstance(f.default, bool):  # --think / --no-think
             kind: dict[str, Any] = {"action": argparse.BooleanOptionalAction}
         else:
-            kind = {"type": type(default)}
-        help_text = f"{f.metadata['help']} (default {default})".replace("%", "%%")
+            kind = {"type": type(f.default)}
+        shown = default
+        if f.name == "max_new_tokens" and default is None:  # see _rollout_settings_from_args
+            shown = f"{default_max_new_tokens(True)} with --think, else "
+            shown += str(default_max_new_tokens(False))
+        help_text = f"{f.metadata['help']} (default {shown})".replace("%", "%%")
         group.add_argument(_flag(f.name), default=default, help=help_text, **kind)
 
 
@@ -365,6 +396,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     p.add_argument("--quiet", action="store_true", help="no per-step lines")
     p.set_defaults(func=cmd_train)
+
+    from starpo.sft.command import add_sft_parser
+
+    add_sft_parser(sub)  # `starpo sft`: its flags live beside the code they drive
 
     p = sub.add_parser("view", help="write a static HTML viewer of a run or eval folder")
     p.add_argument("run", metavar="RUN", help="a training run folder or a starpo eval --out folder")

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from starpo.cli import _rollout_settings_from_args, parse_args
+from starpo.rollout.engine import RolloutSettings
+from starpo.rollout.evaluate import NO_THINK_MAX_NEW_TOKENS, EvalProgress, evaluate_model
 from starpo.stats import pass_at_k
 
 
@@ -111,3 +115,64 @@ def test_pass_at_k_matches_enumerating_all_subsets(n: int, c: int, k: int):
     subsets = list(itertools.combinations(samples, k))
     expected = sum(any(subset) for subset in subsets) / len(subsets)
     assert pass_at_k(n, c, k) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("flags", "budget"),
+    [
+        ([], 400),  # think is the default mode
+        (["--think"], 400),
+        (["--no-think"], NO_THINK_MAX_NEW_TOKENS),
+        (["--no-think", "--max-new-tokens", "400"], 400),  # an explicit budget always wins
+        (["--max-new-tokens", "7", "--think"], 7),
+    ],
+)
+def test_max_new_tokens_default_follows_the_think_mode(flags: list[str], budget: int):
+    args = parse_args(["eval", "--env", "frozenlake", "--policy", "model", "--out", "x", *flags])
+    settings = _rollout_settings_from_args(args)
+    assert settings.max_new_tokens == budget
+    assert settings.stop_at_answer  # a turn ends at </answer> unless asked otherwise
+
+
+def test_no_think_budget_fits_the_longest_answer():
+    from starpo.models import load_tokenizer
+
+    answer = " Right || Right || Right || Right || Right </answer>"  # 5 actions, the most
+    assert len(load_tokenizer().encode(answer, add_special_tokens=False)) < NO_THINK_MAX_NEW_TOKENS
+
+
+def test_evaluate_model_reports_every_turn(tiny_model_dir: Path):
+    settings = RolloutSettings(max_turns=2, max_new_tokens=4)
+    seen: list[EvalProgress] = []
+    result, _ = evaluate_model(
+        "sokoban",
+        str(tiny_model_dir),
+        seeds=[1, 2, 3],
+        settings=settings,
+        samples_per_seed=2,
+        batch_size=4,  # two seeds (4 episodes), then one (2 episodes)
+        on_turn=seen.append,
+    )
+    # Random tokens never parse, so every episode plays both turns: 2 batches x 2 turns.
+    assert [(p.turn, p.max_turns) for p in seen] == [(1, 2), (2, 2), (1, 2), (2, 2)]
+    assert [p.episodes_done for p in seen] == [0, 4, 4, 6]
+    turn_tokens = [4 * 4, 4 * 4, 2 * 4, 2 * 4]  # episodes in the batch x tokens per turn
+    assert [p.generated_tokens for p in seen] == list(itertools.accumulate(turn_tokens))
+    generated = sum(t.response_tokens for traj in result.trajectories for t in traj.turns)
+    assert seen[-1].generated_tokens == generated
+    assert seen[-1].generation_seconds == pytest.approx(result.generation_seconds)
+    assert seen[-1].tokens_per_s == pytest.approx(generated / result.generation_seconds)
+
+
+def test_eval_model_shows_budget_and_turn_progress(tiny_model_dir: Path, tmp_path: Path):
+    result = starpo(
+        *("eval", "--env", "frozenlake", "--policy", "model", "--model", str(tiny_model_dir)),
+        *("--episodes", "2", "--max-turns", "2", "--no-think", "--max-new-tokens", "5"),
+        *("--out", str(tmp_path / "e")),
+    )
+    assert result.returncode == 0, result.stderr
+    header = f"eval frozenlake with {tiny_model_dir}: no think, at most 5 new tokens a turn"
+    assert result.stdout.splitlines()[0] == header
+    assert "2 episodes, model" in result.stdout and "at most 5 new tokens" in result.stdout
+    final = result.stderr.split("\r")[-1]  # the bar's last state
+    assert re.search(r"2/2 \[.*turn 2/2 \| 20 tok \| \d+ tok/s\]", final), final

@@ -3,13 +3,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from starpo.evaluation import summarise
+from starpo.rollout.backend import (
+    Generation,
+    GenerationBackend,
+    GenerationRequest,
+    SamplingParams,
+)
 from starpo.rollout.engine import RolloutEngine, RolloutSettings
 from starpo.types import Trajectory
+
+#: A turn's token budget without a think block: the turn is only an answer (five actions
+#: and </answer> are 12 tokens with the default tokenizer), and a model that rambles would
+#: otherwise run every turn to the think-mode budget.
+NO_THINK_MAX_NEW_TOKENS = 64
+
+
+def default_max_new_tokens(think: bool) -> int:
+    """The token budget of a turn when none is given: room to reason, or just to answer."""
+    return RolloutSettings.max_new_tokens if think else NO_THINK_MAX_NEW_TOKENS
 
 
 @dataclass
@@ -22,6 +38,46 @@ class ModelEvalResult:
         return summarise(self.trajectories, generation_seconds=self.generation_seconds)
 
 
+@dataclass(frozen=True)
+class EvalProgress:
+    """Where an evaluation stands after one turn of generation (for a progress bar)."""
+
+    turn: int  # the turn just played, within its batch of episodes
+    max_turns: int
+    episodes_done: int  # over all batches so far
+    generated_tokens: int  # over all turns so far
+    generation_seconds: float  # time inside the generation backend so far
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated_tokens / self.generation_seconds if self.generation_seconds else 0.0
+
+
+class _MeteredBackend:
+    """A generation backend that counts what passes through it: the engine reports only
+    the turn number, and a progress bar wants tokens and finished episodes too."""
+
+    def __init__(self, backend: GenerationBackend) -> None:
+        self.backend = backend
+        self.generated_tokens = 0
+        self.released = 0  # the engine releases each episode's session in the turn it ends
+
+    def generate(
+        self, requests: list[GenerationRequest], params: SamplingParams
+    ) -> list[Generation]:
+        generations = self.backend.generate(requests, params)
+        self.generated_tokens += sum(len(g.token_ids) for g in generations)
+        return generations
+
+    def release(self, sessions: Iterable[int]) -> None:
+        sessions = list(sessions)
+        self.released += len(sessions)
+        self.backend.release(sessions)
+
+    def __getattr__(self, name: str) -> Any:  # reset, seed, numerics, ...: as they are
+        return getattr(self.backend, name)
+
+
 def play_seeds(
     engine: RolloutEngine,
     env_id: str,
@@ -30,17 +86,18 @@ def play_seeds(
     *,
     batch_size: int,
     env_kwargs: dict[str, Any] | None = None,
-    on_batch: Callable[[int], None] | None = None,
+    on_turn: Callable[[int], None] | None = None,
 ) -> ModelEvalResult:
-    """Play `samples_per_seed` episodes per seed, `batch_size` episodes per generation batch."""
+    """Play `samples_per_seed` episodes per seed, `batch_size` episodes per generation batch;
+    `on_turn(turn)` after every turn of every batch."""
     seeds_per_batch = max(1, batch_size // samples_per_seed)
     trajectories: list[Trajectory] = []
     generation_before = engine.generation_seconds
     for first in range(0, len(seeds), seeds_per_batch):
         batch = seeds[first : first + seeds_per_batch]
-        trajectories.extend(engine.run(env_id, batch, samples_per_seed, env_kwargs=env_kwargs))
-        if on_batch is not None:
-            on_batch(len(batch) * samples_per_seed)
+        trajectories.extend(
+            engine.run(env_id, batch, samples_per_seed, env_kwargs=env_kwargs, on_turn=on_turn)
+        )
     return ModelEvalResult(trajectories, engine.generation_seconds - generation_before)
 
 
@@ -57,9 +114,10 @@ def evaluate_model(
     dtype: str = "auto",
     seed: int = 0,
     env_kwargs: dict[str, Any] | None = None,
-    on_batch: Callable[[int], None] | None = None,
+    on_turn: Callable[[EvalProgress], None] | None = None,
 ) -> tuple[ModelEvalResult, dict[str, Any]]:
-    """Load `model_name`, play the seeds, and summarise."""
+    """Load `model_name`, play the seeds, and summarise; `on_turn` gets an `EvalProgress`
+    after every turn."""
     from starpo.envs import make
     from starpo.models import load_model
     from starpo.models.precision import rollout_dtype
@@ -71,7 +129,20 @@ def evaluate_model(
     compute_dtype = next(model.parameters()).dtype
     decode_dtype = rollout_dtype(dtype, compute_dtype, model.device)
     generator = build(model, tokenizer, compute_dtype=decode_dtype, seed=seed)
-    engine = RolloutEngine(generator, tokenizer, settings)
+    meter = _MeteredBackend(generator)
+    engine = RolloutEngine(meter, tokenizer, settings)
+
+    def report(turn: int) -> None:
+        if on_turn is not None:
+            progress = EvalProgress(
+                turn,
+                settings.max_turns,
+                meter.released,
+                meter.generated_tokens,
+                engine.generation_seconds,
+            )
+            on_turn(progress)
+
     result = play_seeds(
         engine,
         env_id,
@@ -79,7 +150,7 @@ def evaluate_model(
         samples_per_seed,
         batch_size=batch_size,
         env_kwargs=env_kwargs,
-        on_batch=on_batch,
+        on_turn=report,
     )
     numerics = generator.numerics
     return result, {**result.summary(), "backend": numerics.name, "dtype": numerics.compute_dtype}
