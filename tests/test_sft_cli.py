@@ -1,0 +1,148 @@
+"""`starpo sft` as a user runs it, and its one-line errors for bad input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from starpo.errors import UserError
+from starpo.evaluation import play_episodes, write_results
+from starpo.sft.command import add_sft_parser
+from starpo.sft.data import read_records, solver_records
+from starpo.sft.run import NOT_SUCCESSFUL, SUMMARY_FILE, gather_records, keep_by_outcome
+from starpo.types import Trajectory
+
+
+def sft(*argv: str) -> int:
+    """`starpo sft ARGV` through its own parser (as `starpo.cli` wires it)."""
+    parser = argparse.ArgumentParser(prog="starpo")
+    add_sft_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["sft", *argv])
+    return args.func(args)
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    from starpo.models import tiny_random_model
+
+    folder = tmp_path_factory.mktemp("tiny-policy")
+    model, tokenizer = tiny_random_model(seed=0)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def solver_file(tmp_path: Path) -> Path:
+    episodes = list(play_episodes("bandit", "solver", 6, seed_start=5000))
+    write_results(tmp_path / "eval", episodes, {})
+    return tmp_path / "eval" / "trajectories.jsonl"
+
+
+@pytest.mark.slow
+def test_sft_cli_with_a_train_config_then_eval_of_its_output(
+    tmp_path, tiny_model_dir, solver_file, capsys
+):
+    from starpo.cli import main
+
+    out = tmp_path / "sft"
+    args = ["--config", "cpu-bandit-starpo-s", "--model", str(tiny_model_dir), "--epochs", "1"]
+    assert sft(str(solver_file.parent), *args, "--out", str(out), "--quiet") == 0
+    printed = capsys.readouterr().out
+    assert "records 6, kept 6" in printed and "wrote the model" in printed
+    summary = json.loads((out / SUMMARY_FILE).read_text())
+    # The RL preset's layout: no think block, one turn, its token budget.
+    assert summary["settings"]["think"] is False and summary["settings"]["max_turns"] == 1
+    assert summary["settings"]["max_new_tokens"] == 12
+    assert summary["options"]["epochs"] == 1
+    evaluated = tmp_path / "eval-sft"
+    code = main(
+        ["eval", "--env", "bandit", "--policy", "model", "--model", str(out), "--episodes", "2"]
+        + ["--max-new-tokens", "8", "--quiet", "--out", str(evaluated)]
+    )
+    assert code == 0 and (evaluated / "summary.json").is_file()
+
+
+def test_missing_file_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="no such file"):
+        read_records([tmp_path / "nope.jsonl"])
+
+
+def test_broken_line_names_file_and_line(solver_file):
+    lines = solver_file.read_text().splitlines()
+    solver_file.write_text("\n".join([lines[0], "{not json", *lines[1:]]) + "\n")
+    with pytest.raises(UserError, match=rf"{solver_file}:2 is not valid JSON"):
+        read_records([solver_file])
+
+
+def test_object_that_is_no_record_names_file_and_line(solver_file):
+    solver_file.write_text('{"step": 3, "loss": 1.0}\n')
+    with pytest.raises(UserError, match=rf"{solver_file}:1 is not a trajectory or episode"):
+        read_records([solver_file])
+
+
+def test_torn_last_line_is_a_counted_skip(solver_file):
+    text = solver_file.read_text()
+    solver_file.write_text(text + '{"env_id": "band')
+    loaded = read_records([solver_file])
+    assert len(loaded.records) == 6 and loaded.torn_lines == 1
+
+
+def test_no_data_is_a_user_error():
+    with pytest.raises(UserError, match="no SFT data"):
+        gather_records([])
+    with pytest.raises(UserError, match="--env"):
+        gather_records([], from_solver=3)
+
+
+def test_solver_seeds_must_avoid_validation_seeds():
+    with pytest.raises(UserError, match="overlap the validation seeds"):
+        solver_records("bandit", 10, seed_start=120)
+
+
+def test_records_on_validation_seeds_are_counted():
+    from starpo.sft.data import warn_validation_seeds
+
+    records = list(play_episodes("bandit", "solver", 3, seed_start=377))  # 377, 378, 379
+    assert warn_validation_seeds(records) == 2
+
+
+def test_only_success_rule():
+    solver = next(iter(play_episodes("frozenlake", "solver", 1)))
+    failed_solver = solver.__class__(**{**solver.__dict__, "success": False})
+    failed_model = Trajectory(env_id="bandit", seed=1, group=0, success=False)
+    assert keep_by_outcome(failed_solver, None)  # auto: solver moves are optimal anyway
+    assert not keep_by_outcome(failed_model, None)
+    assert not keep_by_outcome(failed_solver, True)
+    assert keep_by_outcome(failed_model, False)
+
+
+def test_only_failures_leave_nothing_to_train_on(tmp_path, tiny_model_dir):
+    from starpo.sft.run import run_sft
+
+    failures = [Trajectory(env_id="bandit", seed=5000 + i, group=0) for i in range(3)]
+    with pytest.raises(UserError, match=f"none of the 3 records.*{re.escape(NOT_SUCCESSFUL)}"):
+        run_sft(str(tiny_model_dir), failures, out=tmp_path / "x", quiet=True)
+
+
+def test_the_parser_needs_no_torch_and_knows_the_trainers_schedules():
+    """`starpo --help` builds every parser: this one must not import torch."""
+    import subprocess
+    import sys
+
+    code = (
+        "import argparse, sys\n"
+        "from starpo.sft.command import add_sft_parser\n"
+        "add_sft_parser(argparse.ArgumentParser().add_subparsers())\n"
+        "print('torch' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "False", result.stderr
+    from starpo.sft.options import SCHEDULES
+    from starpo.trainer.optim import SCHEDULES as TRAINER_SCHEDULES
+
+    assert SCHEDULES == TRAINER_SCHEDULES
