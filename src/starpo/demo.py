@@ -4,6 +4,8 @@ CPU, and show validation success before and after with 95% intervals.
     python -m starpo.demo                 # the training demo (about 5 minutes on 2 cores)
     python -m starpo.demo --envs          # each env played by the solver and a random agent
     python -m starpo.demo --steps 5       # a shorter run
+    python -m starpo.demo --env sokoban   # the multi-turn recipe: base, SFT, SFT + StarPO-S
+                                          # (also frozenlake; see starpo.recipe)
 """
 
 from __future__ import annotations
@@ -95,9 +97,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--envs", action="store_true", help="show the envs instead of training")
     parser.add_argument("--steps", type=int, default=None, help="training steps (preset's)")
     parser.add_argument("--out", default=None, help="run folder (default runs/demo-<time>)")
+    parser.add_argument(
+        "--env",
+        default=None,
+        help="run the multi-turn recipe on this env (sokoban or frozenlake): base model, SFT "
+        "on solver play, then StarPO-S, on the same validation seeds; --out resumes it",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="with --env: a few seeds and steps, to try the path"
+    )
     args = parser.parse_args(argv)
     if args.envs:
         show_envs()
+        return 0
+    if args.env is not None:
+        from starpo.recipe import run_recipe
+
+        name = f"runs/recipe-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}"
+        run_recipe(args.env, Path(args.out or name), quick=args.quick)
         return 0
     out = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")
     overrides = [] if args.steps is None else [f"trainer.total_steps={args.steps}"]
