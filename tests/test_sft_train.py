@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from starpo.errors import UserError
 from starpo.models import load_model, tiny_random_model
 from starpo.rollout import RolloutSettings
 from starpo.sft.data import solver_records
@@ -65,6 +66,31 @@ def test_loss_and_gradient_do_not_depend_on_the_micro_batch_size(examples, plain
         assert totals.loss == pytest.approx(reference.item(), rel=1e-5)
         for got, want in zip(_grads(model), expected, strict=True):
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_bf16_autocast_computes_the_same_loss_with_fp32_master_weights(examples):
+    """--dtype bf16: the forward runs in bf16 under autocast, the weights and their
+    gradients stay fp32, and the loss and gradient match fp32 within bf16 rounding."""
+    from starpo.models.precision import precision_for
+
+    model, tokenizer = tiny_random_model(seed=2)
+    fp32 = accumulate_gradients(model, examples, 2, tokenizer.pad_token_id)
+    expected = _grads(model)
+    bf16 = precision_for(torch.bfloat16, "cpu")
+    mixed = accumulate_gradients(model, examples, 2, tokenizer.pad_token_id, bf16)
+    got = _grads(model)
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert all(g.dtype == torch.float32 for g in got)
+    assert mixed.loss != fp32.loss  # it really computed in bf16 ...
+    assert mixed.loss == pytest.approx(fp32.loss, rel=2e-2)  # ... within its rounding
+    flat = torch.cat([g.flatten() for g in got])
+    want = torch.cat([g.flatten() for g in expected])
+    assert torch.nn.functional.cosine_similarity(flat, want, dim=0) > 0.99
+
+
+def test_dtype_option_is_checked():
+    with pytest.raises(UserError, match="--dtype must be one of auto, fp32, bf16"):
+        TrainOptions(dtype="fp8")
 
 
 def test_token_accuracy_counts_the_models_top_token(examples):
