@@ -120,26 +120,16 @@ def _eval_model(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
     from starpo.envs import make
     from starpo.envs.policies import has_solver
     from starpo.evaluation import play_episodes, summarise, write_results
-    from starpo.rollout.evaluate import EvalProgress, evaluate_model
+    from starpo.rollout.evaluate import evaluate_model, progress_bar
 
     settings = _rollout_settings_from_args(args)
     seeds = list(range(args.seed_start, args.seed_start + args.episodes))
     if not args.quiet:
         print(f"eval {args.env} with {args.model}: {_mode(asdict(settings))}")
-    with _progress(None, args, total=len(seeds) * args.samples_per_seed) as bar:
-
-        def show(progress: EvalProgress) -> None:
-            # Episodes drive the bar and its ETA; a batch of episodes takes several turns,
-            # so the postfix shows that the turns (and tokens) are moving meanwhile.
-            n = progress.generated_tokens
-            tokens = f"{n / 1000:.1f}k" if n >= 1000 else str(n)
-            bar.set_postfix_str(
-                f"turn {progress.turn}/{progress.max_turns} | {tokens} tok | "
-                f"{progress.tokens_per_s:.0f} tok/s",
-                refresh=False,
-            )
-            bar.update(progress.episodes_done - bar.n)
-
+    bar, show = progress_bar(
+        len(seeds) * args.samples_per_seed, f"eval {args.env}", disable=args.quiet
+    )
+    with bar:
         result, summary = evaluate_model(
             args.env,
             args.model,

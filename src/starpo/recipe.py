@@ -91,21 +91,24 @@ def evaluate(
     """`model` on the preset's validation seeds (the first `seeds` of them, default all);
     writes `starpo eval`'s files in `folder`."""
     from starpo.evaluation import write_results
-    from starpo.rollout.evaluate import evaluate_model
+    from starpo.rollout.evaluate import evaluate_model, progress_bar
 
     first = cfg.trainer.val_seed_start
     count = cfg.trainer.val_seeds if seeds is None else min(seeds, cfg.trainer.val_seeds)
-    result, summary = evaluate_model(
-        cfg.env.id,
-        model,
-        list(range(first, first + count)),
-        settings,
-        device=cfg.model.device,
-        backend=cfg.rollout.backend,
-        dtype=cfg.rollout.dtype,
-        seed=first,
-        env_kwargs=dict(cfg.env.kwargs),
-    )
+    bar, show = progress_bar(count, f"eval {Path(model).name}")
+    with bar:
+        result, summary = evaluate_model(
+            cfg.env.id,
+            model,
+            list(range(first, first + count)),
+            settings,
+            device=cfg.model.device,
+            backend=cfg.rollout.backend,
+            dtype=cfg.rollout.dtype,
+            seed=first,
+            env_kwargs=dict(cfg.env.kwargs),
+            on_turn=show,
+        )
     write_results(folder, result.trajectories, summary)
     keys = ("success", "success_ci95_low", "success_ci95_high", "format_ok", "num_episodes")
     return {"model": model, **{k: summary[k] for k in keys}}

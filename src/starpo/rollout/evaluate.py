@@ -154,3 +154,24 @@ def evaluate_model(
     )
     numerics = generator.numerics
     return result, {**result.summary(), "backend": numerics.name, "dtype": numerics.compute_dtype}
+
+
+def progress_bar(total: int, desc: str, *, disable: bool = False) -> tuple[Any, Callable]:
+    """A tqdm bar over `total` episodes and the `on_turn` callback of `evaluate_model` that
+    moves it. Episodes drive the bar and its ETA; a batch of episodes takes several turns,
+    so the postfix shows that turns and tokens move meanwhile."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=desc, unit="ep", disable=disable)
+
+    def show(progress: EvalProgress) -> None:
+        n = progress.generated_tokens
+        tokens = f"{n / 1000:.1f}k" if n >= 1000 else str(n)
+        bar.set_postfix_str(
+            f"turn {progress.turn}/{progress.max_turns} | {tokens} tok | "
+            f"{progress.tokens_per_s:.0f} tok/s",
+            refresh=False,
+        )
+        bar.update(progress.episodes_done - bar.n)
+
+    return bar, show
