@@ -52,6 +52,7 @@ FINAL_DIR = "final"
 TENSORBOARD_DIR = "tensorboard"
 WANDB_ID_FILE = "wandb_id.txt"
 EVAL_TRAJECTORIES_FILE = "trajectories.jsonl"
+SFT_DATA_FILE = "sft_data.jsonl"  # `starpo sft --out DIR`: the replayed examples
 SUMMARY_FILE = "summary.json"
 VIEWER_FILE = "viewer.html"
 REPORT_DIR = "report"

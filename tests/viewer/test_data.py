@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from starpo.errors import UserError
-from starpo.types import EnvStep, Episode
+from starpo.types import EnvStep, Episode, Trajectory
 from starpo.viewer import build_viewer, view_main
 from starpo.viewer.data import (
     finite,
@@ -129,6 +129,15 @@ def test_load_eval_folder(eval_dir):
     assert source["kind"] == "eval" and source["total"] == 2
     assert [e["policy"] for e in source["episodes"]] == ["random", "llm"]
     assert model["summary"]["success_rate"] == 0.5 and model["metrics"] == {}
+
+
+def test_load_sft_folder_shows_its_replayed_examples(tmp_path):
+    """`starpo sft --out DIR` writes sft_data.jsonl (Trajectory JSON): `starpo view DIR`."""
+    example = Trajectory(env_id="sokoban", seed=7, group=0, token_ids=[1, 2], loss_mask=[0, 1])
+    (tmp_path / "sft_data.jsonl").write_text(example.to_json() + "\n", encoding="utf-8")
+    (source,) = load_run(tmp_path)["sources"]
+    assert (source["kind"], source["label"], source["total"]) == ("sft", "sft", 1)
+    assert source["episodes"][0]["seed"] == 7
 
 
 def test_missing_trajectories_is_a_one_line_user_error(tmp_path):

@@ -21,6 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from starpo import runs
 from starpo.defaults import DEFAULT_MODEL
 from starpo.errors import UserError
 from starpo.logs import console_logger, warn
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from starpo.sft.options import TrainOptions
 
 SUMMARY_FILE = "sft_summary.json"
-DATA_FILE = "sft_data.jsonl"
+DATA_FILE = runs.SFT_DATA_FILE  # the viewer shows it (`starpo view OUT`)
 NOT_SUCCESSFUL = "not successful (pass --no-only-success to keep it)"
 
 

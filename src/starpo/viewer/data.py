@@ -158,7 +158,7 @@ def _source(
     kind: str, step: int | None, path: Path, cap: int, warnings: list[str]
 ) -> dict[str, Any]:
     episodes, total = read_episodes(path, cap, warnings)
-    label = "eval" if step is None else f"{'train' if kind == 'train' else 'val'} step {step}"
+    label = kind if step is None else f"{'train' if kind == 'train' else 'val'} step {step}"
     return {
         "id": f"{kind}:{'' if step is None else step}",
         "kind": kind,
@@ -217,12 +217,14 @@ def load_run(run_dir: Path, cap: int = MAX_EPISODES_PER_SOURCE) -> dict[str, Any
         for kind, parent in (("train", folder.trajectories), ("val", folder.val_trajectories))
         for step, path in runs.step_files(parent)
     ]
-    if (run_dir / runs.EVAL_TRAJECTORIES_FILE).is_file():
-        sources.append(_source("eval", None, run_dir / runs.EVAL_TRAJECTORIES_FILE, cap, warnings))
+    # An eval folder's episodes; an SFT folder's replayed examples (`starpo sft`).
+    for kind, name in (("eval", runs.EVAL_TRAJECTORIES_FILE), ("sft", runs.SFT_DATA_FILE)):
+        if (run_dir / name).is_file():
+            sources.append(_source(kind, None, run_dir / name, cap, warnings))
     if not sources:
         raise UserError(
             f"{run_dir}: no trajectory files (expected trajectories/step_*.jsonl, "
-            "val_trajectories/step_*.jsonl or trajectories.jsonl)"
+            "val_trajectories/step_*.jsonl, trajectories.jsonl or sft_data.jsonl)"
         )
     metrics = read_metrics(folder.metrics, warnings)
     alerts = [

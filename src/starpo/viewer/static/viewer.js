@@ -264,7 +264,7 @@
       if (e.key === "ArrowLeft") step(-1);
       if (e.key === "ArrowRight") step(1);
     });
-    const kinds = ["train", "val", "eval"].filter((k) => stepSources(k).length);
+    const kinds = ["train", "val", "eval", "sft"].filter((k) => stepSources(k).length);
     for (const k of kinds) option($("seed-kind"), k, k);
     $("seed-kind").addEventListener("change", fillSeeds);
     $("seed").addEventListener("change", renderSeeds);
