@@ -41,7 +41,7 @@ def test_recipe_runs_every_stage_and_resumes(tmp_path: Path, tiny_model_dir: Pat
     ]
     results = run_recipe("sokoban", tmp_path, quick=True, overrides=overrides)
 
-    assert list(results["rows"]) == ["base", "base, think", "SFT", "SFT + StarPO-S"]
+    assert list(results["rows"]) == ["base", "SFT", "SFT + StarPO-S", "base, think"]
     for row in results["rows"].values():
         assert row["num_episodes"] == 3  # the same validation seeds for every row
         assert 0.0 <= row["success_ci95_low"] <= row["success"] <= row["success_ci95_high"]

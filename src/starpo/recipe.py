@@ -6,14 +6,14 @@
 Stages, each in a folder of its own under `--out` (a stage whose result is already there is
 not run again, so a stopped recipe resumes where it was):
 
-1. `base/`, `base-think/`: the base model on the validation seeds, without and with a
-   think block (the think variant under a short budget: the base model never closes its
-   think block, and 400 tokens a turn would cost most of the hour for nothing).
+1. `base/`: the base model on the validation seeds.
 2. `sft/`: `starpo sft` on solver episodes from training seeds (never the validation
    seeds), laid out exactly as the RL run's rollouts (the preset's rollout section).
 3. `sft-eval/`: the SFT model on the validation seeds.
 4. `rl/`: `starpo train` with the env's CPU preset from the SFT model (StarPO-S).
 5. `rl-eval/`: the trained policy on the validation seeds.
+6. `base-think/`: the base model with a think block, on the first 64 seeds under a short
+   budget (it never closes its think block: 400 tokens a turn would cost an hour).
 
 Every evaluation uses the same seeds and settings (the preset's rollout section at its
 validation temperature), so the rows compare; `results.json` holds the table, with 95%
@@ -141,12 +141,7 @@ def run_recipe(
         where = out / folder
         return run_stage(where, name, lambda: evaluate(model, cfg, where, how, seeds))
 
-    rows = {
-        "base": evaluation("base", "base", base),
-        "base, think": evaluation(
-            "base, think", "base-think", base, think_settings, recipe.base_think_seeds
-        ),
-    }
+    rows = {"base": evaluation("base", "base", base)}
     sft_dir = out / "sft"
 
     def sft() -> dict[str, Any]:
@@ -186,6 +181,11 @@ def run_recipe(
 
     run_stage(rl_dir / "recipe", "StarPO-S", rl)
     rows["SFT + StarPO-S"] = evaluation("StarPO-S eval", "rl-eval", str(rl_dir / "final"))
+    # Last: the least telling row (the base model never closes its think block), and the
+    # costliest per episode.
+    rows["base, think"] = evaluation(
+        "base, think", "base-think", base, think_settings, recipe.base_think_seeds
+    )
     results = {
         "env": env_id,
         "preset": recipe.preset,
