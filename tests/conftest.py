@@ -9,6 +9,7 @@ needs the default model or its tokenizer (`default_model`, `tiny_random_model()`
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -37,3 +38,16 @@ def default_model(starpo_cache):
     from starpo.models import load_model
 
     return load_model()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A tiny random policy saved as a Hugging Face folder (what `model.name=DIR`, `starpo
+    sft --model DIR` and the recipe take); tests only read it."""
+    from starpo.models import tiny_random_model
+
+    folder = tmp_path_factory.mktemp("tiny-policy")
+    model, tokenizer = tiny_random_model(seed=0)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

@@ -15,17 +15,6 @@ from starpo.recipe import RECIPES, format_results, recipe_for, run_recipe
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory) -> Path:
-    from starpo.models import tiny_random_model
-
-    folder = tmp_path_factory.mktemp("tiny-policy")
-    model, tokenizer = tiny_random_model(seed=0)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 def test_recipe_runs_every_stage_and_resumes(tmp_path: Path, tiny_model_dir: Path, capsys):
     overrides = [
         f"model.name={tiny_model_dir}",

@@ -25,17 +25,6 @@ def sft(*argv: str) -> int:
     return args.func(args)
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory) -> Path:
-    from starpo.models import tiny_random_model
-
-    folder = tmp_path_factory.mktemp("tiny-policy")
-    model, tokenizer = tiny_random_model(seed=0)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 @pytest.fixture
 def solver_file(tmp_path: Path) -> Path:
     episodes = list(play_episodes("bandit", "solver", 6, seed_start=5000))

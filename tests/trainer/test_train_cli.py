@@ -17,17 +17,6 @@ def starpo(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory) -> Path:
-    from starpo.models import tiny_random_model
-
-    folder = tmp_path_factory.mktemp("tiny-policy")
-    model, tokenizer = tiny_random_model(seed=0)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 @pytest.mark.slow
 def test_train_cli_runs_the_smoke_preset_and_resumes(tmp_path: Path, tiny_model_dir: Path):
     out = tmp_path / "run"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -61,8 +61,16 @@ def agent_tokens(example: Trajectory) -> int:
     return sum(example.loss_mask)
 
 
-def _batch(examples: Sequence[Trajectory], pad_token_id: int, device: torch.device) -> TrainBatch:
-    return build_batch(list(examples), pad_token_id, per_turn_rewards=False).to(device)
+def _micro_batches(
+    model: nn.Module, examples: Sequence[Trajectory], size: int, pad_token_id: int
+) -> Iterator[TrainBatch]:
+    """`examples` in padded batches of `size` on the model's device, similar lengths side
+    by side: less padding, same sums (the loss is a sum over tokens)."""
+    device = next(model.parameters()).device
+    ordered = sorted(examples, key=lambda t: len(t.token_ids))
+    for first in range(0, len(ordered), size):
+        chunk = ordered[first : first + size]
+        yield build_batch(chunk, pad_token_id, per_turn_rewards=False).to(device)
 
 
 # ----------------------------------------------------------------------------- math
@@ -130,13 +138,9 @@ def accumulate_gradients(
 ) -> Totals:
     """Backward of the batch loss (module docstring) through micro-batches of
     `micro_batch_size` examples, adding to the parameters' `.grad`; returns the sums."""
-    device = next(model.parameters()).device
     total = sum(agent_tokens(t) for t in examples)
-    # Similar lengths side by side: less padding, same loss (it is a sum over tokens).
-    ordered = sorted(examples, key=lambda t: len(t.token_ids))
     totals = Totals()
-    for first in range(0, len(ordered), micro_batch_size):
-        batch = _batch(ordered[first : first + micro_batch_size], pad_token_id, device)
+    for batch in _micro_batches(model, examples, micro_batch_size, pad_token_id):
         with precision.autocast():
             logprobs, hits = agent_token_scores(model, batch)
         (-logprobs.float().sum() / max(total, 1)).backward()
@@ -153,13 +157,10 @@ def evaluate(
     precision: Precision = FP32,
 ) -> Totals:
     """Agent-token NLL and accuracy of `examples` (no gradients)."""
-    device = next(model.parameters()).device
     was_training = model.training
     model.eval()
-    ordered = sorted(examples, key=lambda t: len(t.token_ids))
     totals = Totals()
-    for first in range(0, len(ordered), micro_batch_size):
-        batch = _batch(ordered[first : first + micro_batch_size], pad_token_id, device)
+    for batch in _micro_batches(model, examples, micro_batch_size, pad_token_id):
         with precision.autocast():
             totals.add(*agent_token_scores(model, batch))
     model.train(was_training)
