@@ -28,7 +28,7 @@ def test_recipe_runs_every_stage_and_resumes(tmp_path: Path, tiny_model_dir: Pat
         "optim.mini_batch_size=2",
         "optim.micro_batch_size=2",
     ]
-    results = run_recipe("sokoban", tmp_path, quick=True, overrides=overrides)
+    results = run_recipe("sokoban", tmp_path, quick=True, overrides=overrides, eval_seeds=3)
 
     assert list(results["rows"]) == ["base", "SFT", "SFT + StarPO-S", "base, think"]
     for row in results["rows"].values():
@@ -52,7 +52,7 @@ def test_recipe_runs_every_stage_and_resumes(tmp_path: Path, tiny_model_dir: Pat
     assert saved["rows"] == results["rows"]
 
     capsys.readouterr()
-    again = run_recipe("sokoban", tmp_path, quick=True, overrides=overrides)
+    again = run_recipe("sokoban", tmp_path, quick=True, overrides=overrides, eval_seeds=3)
     printed = capsys.readouterr().out
     assert printed.count("done before") == 6  # every stage resumed, none re-run
     assert again["rows"] == results["rows"]

@@ -14,7 +14,7 @@ from starpo.sft.data import solver_records
 from starpo.sft.options import TrainOptions
 from starpo.sft.replay import replay_records
 from starpo.sft.run import DATA_FILE, SUMMARY_FILE, run_sft
-from starpo.sft.train import accumulate_gradients, evaluate, split_validation
+from starpo.sft.train import accumulate_gradients, evaluate, split_validation, turn_matches
 from starpo.trainer.batch import build_batch
 from starpo.types import Trajectory
 
@@ -101,6 +101,40 @@ def test_token_accuracy_counts_the_models_top_token(examples):
     hits = (logits[:, :-1].argmax(-1) == batch.input_ids[:, 1:]) & batch.loss_mask[:, 1:].bool()
     totals = evaluate(model, examples[:2], 1, tokenizer.pad_token_id)
     assert totals.hits == int(hits.sum())
+
+
+def test_turn_matches_counts_runs_of_agent_tokens_all_hit():
+    # Row 0: turns at columns 1-2 and 4-5; row 1: one turn at 2-4 (column 0 never counts).
+    mask = torch.tensor([[1, 1, 1, 0, 1, 1], [0, 0, 1, 1, 1, 0]])
+    hits = torch.tensor([True, True, True, False, True, True, True])  # row-major, 7 tokens
+    assert turn_matches(mask, hits) == (2, 3)  # row 0's second turn has a miss
+    assert turn_matches(torch.zeros(2, 4, dtype=torch.long), torch.zeros(0, dtype=torch.bool)) == (
+        0,
+        0,
+    )
+
+
+def test_turn_accuracy_is_the_share_of_replies_predicted_exactly(examples):
+    """Against a naive reference: each turn's reply, teacher-forced, is a hit when every
+    one of its tokens is the model's top choice."""
+    model, tokenizer = tiny_random_model(seed=2)
+    exact = turns = 0
+    for t in examples[:3]:
+        ids = torch.tensor([t.token_ids])
+        with torch.no_grad():
+            top = model(input_ids=ids).logits[0, :-1].argmax(-1)
+        mask, right = t.loss_mask[1:], (top == ids[0, 1:]).tolist()
+        runs: list[list[bool]] = []
+        for i, agent in enumerate(mask):
+            if agent and (i == 0 or not mask[i - 1]):
+                runs.append([])
+            if agent:
+                runs[-1].append(right[i])
+        exact += sum(all(run) for run in runs)
+        turns += len(runs)
+    totals = evaluate(model, examples[:3], 2, tokenizer.pad_token_id)
+    assert turns == sum(len(t.turns) for t in examples[:3])  # one reply a turn
+    assert (totals.turn_hits, totals.turns) == (exact, turns)
 
 
 def test_validation_split_keeps_seeds_together(examples):

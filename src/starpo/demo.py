@@ -106,6 +106,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="with --env: a few seeds and steps, to try the path"
     )
+    parser.add_argument(
+        "--eval-seeds",
+        type=int,
+        default=None,
+        help="with --env: validation seeds of each row (default 256)",
+    )
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        help="dotted config overrides of the preset, e.g. trainer.total_steps=20",
+    )
     args = parser.parse_args(argv)
     if args.envs:
         show_envs()
@@ -114,10 +125,21 @@ def main(argv: list[str] | None = None) -> int:
         from starpo.recipe import run_recipe
 
         name = f"runs/recipe-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}"
-        run_recipe(args.env, Path(args.out or name), quick=args.quick)
+        overrides = list(args.overrides)
+        if args.steps is not None:
+            overrides.append(f"trainer.total_steps={args.steps}")
+        run_recipe(
+            args.env,
+            Path(args.out or name),
+            quick=args.quick,
+            overrides=overrides,
+            eval_seeds=args.eval_seeds,
+        )
         return 0
     out = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")
-    overrides = [] if args.steps is None else [f"trainer.total_steps={args.steps}"]
+    overrides = list(args.overrides)
+    if args.steps is not None:
+        overrides.append(f"trainer.total_steps={args.steps}")
     return train_demo(out, overrides)
 
 

@@ -44,13 +44,14 @@ class Recipe:
     sft_episodes: int  # solver episodes from training seeds
     sft_epochs: int
     sft_lr: float
+    eval_seeds: int = 256  # validation seeds of every row (the issue's 256)
     base_think_tokens: int = 128  # the base model's think-variant budget per turn ...
     base_think_seeds: int = 64  # ... and seeds: it writes ~10x the tokens of the others
 
 
 RECIPES: dict[str, Recipe] = {
-    "sokoban": Recipe("sokoban", "cpu-sokoban-sft-starpo-s", 200, 2, 2e-5),
-    "frozenlake": Recipe("frozenlake", "cpu-frozenlake-sft-starpo-s", 200, 2, 2e-5),
+    "sokoban": Recipe("sokoban", "cpu-sokoban-sft-starpo-s", 200, 3, 2e-4),
+    "frozenlake": Recipe("frozenlake", "cpu-frozenlake-sft-starpo-s", 200, 3, 2e-4),
 }
 
 
@@ -88,13 +89,13 @@ def run_stage(folder: Path, name: str, work: Callable[[], dict[str, Any]]) -> di
 def evaluate(
     model: str, cfg: Any, folder: Path, settings: Any, seeds: int | None = None
 ) -> dict[str, Any]:
-    """`model` on the preset's validation seeds (the first `seeds` of them, default all);
-    writes `starpo eval`'s files in `folder`."""
+    """`model` on the first `seeds` validation seeds (from the preset's first one, default
+    the preset's count); writes `starpo eval`'s files in `folder`."""
     from starpo.evaluation import write_results
     from starpo.rollout.evaluate import evaluate_model, progress_bar
 
     first = cfg.trainer.val_seed_start
-    count = cfg.trainer.val_seeds if seeds is None else min(seeds, cfg.trainer.val_seeds)
+    count = cfg.trainer.val_seeds if seeds is None else seeds
     bar, show = progress_bar(count, f"eval {Path(model).name}")
     with bar:
         result, summary = evaluate_model(
@@ -115,11 +116,17 @@ def evaluate(
 
 
 def run_recipe(
-    env_id: str, out: Path, *, quick: bool = False, overrides: Sequence[str] = ()
+    env_id: str,
+    out: Path,
+    *,
+    quick: bool = False,
+    overrides: Sequence[str] = (),
+    eval_seeds: int | None = None,
 ) -> dict[str, Any]:
     """All stages for `env_id` under `out`; returns (and writes) the results table.
     `quick`: a few seeds, steps and episodes, to try the whole path in minutes;
-    `overrides`: dotted config overrides of the RL preset (its model.name is the base)."""
+    `overrides`: dotted config overrides of the RL preset (its model.name is the base);
+    `eval_seeds`: validation seeds of each row (default the recipe's 256)."""
     from starpo.config import load_config
     from starpo.sft import run_sft
     from starpo.sft.train import TrainOptions
@@ -129,14 +136,18 @@ def run_recipe(
     if quick:  # before the caller's overrides, which win
         small = ["trainer.val_seeds=8", "trainer.total_steps=2", "trainer.val_every=0"]
         overrides = [*small, *overrides]
-        recipe = replace(recipe, sft_episodes=16, sft_epochs=1)
+        recipe = replace(recipe, sft_episodes=16, sft_epochs=1, eval_seeds=8)
+    if eval_seeds is not None:
+        if eval_seeds < 1:
+            raise UserError(f"eval_seeds must be at least 1, got {eval_seeds}")
+        recipe = replace(recipe, eval_seeds=eval_seeds)
     cfg = load_config(recipe.preset, overrides)
     settings = cfg.rollout.settings(temperature=cfg.trainer.val_temperature)
     think_settings = replace(settings, think=True, max_new_tokens=recipe.base_think_tokens)
     base = cfg.model.name
 
     def evaluation(
-        name: str, folder: str, model: str, how: Any = settings, seeds: int | None = None
+        name: str, folder: str, model: str, how: Any = settings, seeds: int = recipe.eval_seeds
     ) -> dict[str, Any]:
         where = out / folder
         return run_stage(where, name, lambda: evaluate(model, cfg, where, how, seeds))
@@ -184,7 +195,11 @@ def run_recipe(
     # Last: the least telling row (the base model never closes its think block), and the
     # costliest per episode.
     rows["base, think"] = evaluation(
-        "base, think", "base-think", base, think_settings, recipe.base_think_seeds
+        "base, think",
+        "base-think",
+        base,
+        think_settings,
+        min(recipe.base_think_seeds, recipe.eval_seeds),
     )
     results = {
         "env": env_id,

@@ -45,9 +45,15 @@ def test_rng_state_round_trip_repeats_the_same_draws():
 def test_cuda_rng_state_round_trip():
     generator = torch.Generator(device="cuda").manual_seed(3)
     state = capture_rng_state({"cuda_sampler": generator})
-    first = (torch.rand(3, device="cuda").tolist(), torch.rand(3, generator=generator).tolist())
+    first = (
+        torch.rand(3, device="cuda").tolist(),
+        torch.rand(3, generator=generator, device="cuda").tolist(),
+    )
     restore_rng_state(state, {"cuda_sampler": generator})
-    again = (torch.rand(3, device="cuda").tolist(), torch.rand(3, generator=generator).tolist())
+    again = (
+        torch.rand(3, device="cuda").tolist(),
+        torch.rand(3, generator=generator, device="cuda").tolist(),
+    )
     assert again == first
 
 

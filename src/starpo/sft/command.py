@@ -8,6 +8,7 @@ exactly as that RL run will), and from the defaults.
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import fields
 from typing import Any
 
@@ -209,20 +210,26 @@ def format_summary(summary: dict[str, Any]) -> str:
     ]
     lines += [f"  skipped {n}: {reason}" for reason, n in data["skipped"].items()]
     lines.append(
-        f"{'epoch':>5}  {'train loss':>10}  {'train acc':>9}  {'val loss':>8}  {'val acc':>7}"
+        f"{'epoch':>5}  {'train loss':>10}  {'train acc':>9}  {'turns':>6}  "
+        f"{'val loss':>8}  {'val acc':>7}  {'turns':>6}"
     )
     for row in summary["epochs"]:
         train = (
-            f"{row['train_loss']:>10.4f}  {row['train_accuracy']:>9.1%}"
+            f"{row['train_loss']:>10.4f}  {row['train_accuracy']:>9.1%}  "
+            f"{row.get('train_turn_accuracy', math.nan):>6.1%}"
             if "train_loss" in row
-            else f"{'-':>10}  {'-':>9}"
+            else f"{'-':>10}  {'-':>9}  {'-':>6}"
         )
         val = (
-            f"{row['val_loss']:>8.4f}  {row['val_accuracy']:>7.1%}"
+            f"{row['val_loss']:>8.4f}  {row['val_accuracy']:>7.1%}  "
+            f"{row.get('val_turn_accuracy', math.nan):>6.1%}"
             if "val_loss" in row
-            else f"{'-':>8}  {'-':>7}"
+            else f"{'-':>8}  {'-':>7}  {'-':>6}"
         )
         lines.append(f"{row['epoch']:>5}  {train}  {val}")
+    lines.append(
+        "(acc: agent tokens that are the model's top choice; turns: replies whose every token is)"
+    )
     seconds = summary["seconds"]
     lines.append(f"time {seconds['total']:.1f} s (training {seconds['training']:.1f} s)")
     return "\n".join(lines)

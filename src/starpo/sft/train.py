@@ -102,23 +102,51 @@ def agent_token_scores(model: nn.Module, batch: TrainBatch) -> tuple[torch.Tenso
     return logprobs, hits
 
 
+def turn_matches(loss_mask: torch.Tensor, hits: torch.Tensor) -> tuple[int, int]:
+    """(turns whose every agent token is a hit, turns). A turn is a run of consecutive agent
+    tokens in a row of `loss_mask` (B, T); `hits` (N,) are `agent_token_scores`' hits, in
+    the same row-major order (token 0 has no prediction and is never an agent token there).
+
+    Token accuracy flatters a policy: the answer's tags are easy and most of its tokens, so
+    it can look high while the action itself is a guess. A turn hit means the model's
+    greedy reply, teacher-forced, is exactly the example's."""
+    mask = loss_mask.bool().clone()
+    mask[:, 0] = False
+    starts = mask.clone()
+    starts[:, 1:] &= ~mask[:, :-1]
+    turns = int(starts.sum())
+    if turns == 0:
+        return 0, 0
+    turn_of = torch.cumsum(starts.flatten().long(), 0)[mask.flatten()] - 1  # (N,)
+    misses = torch.zeros(turns, dtype=torch.long, device=hits.device)
+    misses.index_add_(0, turn_of.to(hits.device), (~hits).long())
+    return int((misses == 0).sum()), turns
+
+
 @dataclass
 class Totals:
-    """Sums over agent tokens: -log-prob, hits, count."""
+    """Sums over agent tokens (-log-prob, hits, count) and over turns (exact, count)."""
 
     nll: float = 0.0
     hits: int = 0
     tokens: int = 0
+    turn_hits: int = 0
+    turns: int = 0
 
-    def add(self, logprobs: torch.Tensor, hits: torch.Tensor) -> None:
+    def add(self, logprobs: torch.Tensor, hits: torch.Tensor, loss_mask: torch.Tensor) -> None:
         self.nll -= float(logprobs.detach().sum())
         self.hits += int(hits.sum())
         self.tokens += len(hits)
+        exact, turns = turn_matches(loss_mask, hits)
+        self.turn_hits += exact
+        self.turns += turns
 
     def merge(self, other: Totals) -> None:
         self.nll += other.nll
         self.hits += other.hits
         self.tokens += other.tokens
+        self.turn_hits += other.turn_hits
+        self.turns += other.turns
 
     @property
     def loss(self) -> float:
@@ -127,6 +155,10 @@ class Totals:
     @property
     def accuracy(self) -> float:
         return self.hits / self.tokens if self.tokens else math.nan
+
+    @property
+    def turn_accuracy(self) -> float:
+        return self.turn_hits / self.turns if self.turns else math.nan
 
 
 def accumulate_gradients(
@@ -144,7 +176,7 @@ def accumulate_gradients(
         with precision.autocast():
             logprobs, hits = agent_token_scores(model, batch)
         (-logprobs.float().sum() / max(total, 1)).backward()
-        totals.add(logprobs, hits)
+        totals.add(logprobs, hits, batch.loss_mask)
     return totals
 
 
@@ -162,7 +194,7 @@ def evaluate(
     totals = Totals()
     for batch in _micro_batches(model, examples, micro_batch_size, pad_token_id):
         with precision.autocast():
-            totals.add(*agent_token_scores(model, batch))
+            totals.add(*agent_token_scores(model, batch), batch.loss_mask)
     model.train(was_training)
     return totals
 
@@ -211,8 +243,18 @@ def train_epochs(
     history = []
     if val:
         before = evaluate(model, val, options.micro_batch_size, pad_token_id, precision)
-        history.append({"epoch": 0, "val_loss": before.loss, "val_accuracy": before.accuracy})
-        say(f"before SFT: val loss {before.loss:.4f}, val token accuracy {before.accuracy:.1%}")
+        history.append(
+            {
+                "epoch": 0,
+                "val_loss": before.loss,
+                "val_accuracy": before.accuracy,
+                "val_turn_accuracy": before.turn_accuracy,
+            }
+        )
+        say(
+            f"before SFT: val loss {before.loss:.4f}, val token accuracy {before.accuracy:.1%}, "
+            f"val turn accuracy {before.turn_accuracy:.1%}"
+        )
     order = random.Random(options.seed)
     model.train()
     for epoch in range(1, options.epochs + 1):
@@ -240,7 +282,11 @@ def train_epochs(
         row = _epoch_row(epoch, totals, grad_norms, seconds, shuffled, schedule)
         if val:
             after = evaluate(model, val, options.micro_batch_size, pad_token_id, precision)
-            row.update(val_loss=after.loss, val_accuracy=after.accuracy)
+            row.update(
+                val_loss=after.loss,
+                val_accuracy=after.accuracy,
+                val_turn_accuracy=after.turn_accuracy,
+            )
         history.append(row)
         say(format_epoch(row, options.epochs))
     model.eval()
@@ -261,6 +307,7 @@ def _epoch_row(epoch, totals: Totals, grad_norms, seconds, examples, schedule) -
         "epoch": epoch,
         "train_loss": totals.loss,
         "train_accuracy": totals.accuracy,
+        "train_turn_accuracy": totals.turn_accuracy,
         "grad_norm": sum(grad_norms) / max(len(grad_norms), 1),
         "lr": schedule.get_last_lr()[0],
         "seconds": seconds,
@@ -273,8 +320,12 @@ def format_epoch(row: dict[str, float], epochs: int) -> str:
     """One console line for an epoch."""
     line = (
         f"epoch {row['epoch']}/{epochs}: train loss {row['train_loss']:.4f}, "
-        f"token accuracy {row['train_accuracy']:.1%}"
+        f"token accuracy {row['train_accuracy']:.1%}, "
+        f"turn accuracy {row['train_turn_accuracy']:.1%}"
     )
     if "val_loss" in row:
-        line += f"; val loss {row['val_loss']:.4f}, val token accuracy {row['val_accuracy']:.1%}"
+        line += (
+            f"; val loss {row['val_loss']:.4f}, val token accuracy {row['val_accuracy']:.1%}, "
+            f"val turn accuracy {row['val_turn_accuracy']:.1%}"
+        )
     return line + f"; {row['seconds']:.1f} s, {row['tokens_per_s']:.0f} tokens/s"

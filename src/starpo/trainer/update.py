@@ -345,7 +345,8 @@ def ppo_update(
             rows = order[start : start + opt.mini_batch_size]
             # Group members share their prompt: keeping them in the same micro-batches lets
             # the forward pass encode it once (the mini-batch gradient is the same sum).
-            rows = rows[torch.argsort(batch.group_ids[rows], stable=True)]
+            # (The sort keys come back to the CPU, where `rows` lives, on any device.)
+            rows = rows[torch.argsort(batch.group_ids[rows].cpu(), stable=True)]
             mini = batch.select(rows)
             if pending:  # the first mini-batch: the others' old log-probs up front
                 fill_old_logprobs(batch, rows, models, cfg)
