@@ -23,18 +23,18 @@ demo: $(STAMP)
 	$(BIN)/python -m starpo.demo
 
 test: $(STAMP)
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench experiments
 	$(BIN)/python -m pytest -q
 
 # The quick loop while editing: everything but the tests marked slow (the real default model,
 # the browser, end-to-end training runs). `make test` stays the full suite, as CI runs it.
 test-fast: $(STAMP)
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench experiments
 	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench experiments
+	$(BIN)/ruff format --check src tests bench experiments
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_levels.py

@@ -49,6 +49,10 @@ class Recipe:
     base_think_seeds: int = 64  # ... and seeds: it writes ~10x the tokens of the others
 
 
+# SFT lr 2e-4 for 3 epochs (46-69 AdamW steps of 8 dialogues, cosine): on Sokoban's 200
+# solver dialogues the validation turn accuracy (replies exactly the solver's) reached
+# 25.2%, 53.0%, 63.5% after epochs 1-3 and was still rising; at 2e-5 it stalled at 38.3%
+# after 2 epochs and the model played at the random policy's level (11.3% success).
 RECIPES: dict[str, Recipe] = {
     "sokoban": Recipe("sokoban", "cpu-sokoban-sft-starpo-s", 200, 3, 2e-4),
     "frozenlake": Recipe("frozenlake", "cpu-frozenlake-sft-starpo-s", 200, 3, 2e-4),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib.image
@@ -110,6 +111,17 @@ def test_alert_markers_are_drawn_in_every_panel(tmp_path):
     assert {line.get_gid() for line in lines} == {"alert-warning", "alert-collapse"}
     assert {line.get_xdata()[0] for line in lines} == {12, 18}
     assert _alert_lines(build_figure([healthy])) == []
+
+
+def test_alerts_of_consecutive_steps_draw_one_line_where_the_spell_starts(tmp_path):
+    from starpo.viewer.report import alert_spells
+
+    assert alert_spells([5, 3, 4, 9, 10, 12, 4]) == [(3, 5), (9, 10), (12, 12)]
+    run = load_run(_make_run(tmp_path, "collapsing", collapse=True))
+    run.alerts = [replace(run.alerts[0], step=step) for step in range(20, 31)]
+    lines = _alert_lines(build_figure([run]))
+    assert len(lines) == len(PANELS)  # one spell of 11 warnings: one line per panel
+    assert {line.get_xdata()[0] for line in lines} == {20}
 
 
 def test_comparison_of_two_runs_writes_compare_png(tmp_path, monkeypatch):

@@ -13,6 +13,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from starpo.errors import UserError
+
+
+def check_cell_sep(cell_sep: str) -> str:
+    """A grid env's separator between the cells of a rendered row: "" (RAGEN's "#_P__#")
+    or spaces ("# _ P _ _ #"). With spaces every cell is a token of its own; without, the
+    tokenizer merges runs ("__", "####"), so a cell's column is not a token's position."""
+    if not isinstance(cell_sep, str) or cell_sep.strip(" ") or len(cell_sep) > 3:
+        raise UserError(f"cell_sep must be empty or up to 3 spaces (e.g. ' '), got {cell_sep!r}")
+    return cell_sep
+
 
 class TextEnv(ABC):
     """A Gymnasium-shaped environment whose observations and actions are text.

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from starpo.envs.base import TextEnv
+from starpo.envs.base import TextEnv, check_cell_sep
 from starpo.envs.frozenlake_solver import (
     ACTIONS,
     FROZEN,
@@ -149,9 +149,11 @@ class FrozenLakeEnv(TextEnv):
         is_slippery: bool = True,
         max_steps: int = 10,
         desc: Sequence[str] | None = None,
+        cell_sep: str = "",
     ) -> None:
         _check_args(size, p_frozen, is_slippery)
         super().__init__(max_steps)
+        self.cell_sep = check_cell_sep(cell_sep)  # between a row's cells (RAGEN: none)
         self.size = int(size)
         self.p_frozen = float(p_frozen)
         self.is_slippery = bool(is_slippery)
@@ -195,7 +197,7 @@ class FrozenLakeEnv(TextEnv):
         rows = self._rows()
         pr, pc = self.position
         return "\n".join(
-            "".join(
+            self.cell_sep.join(
                 PLAYER_SYMBOLS[tile] if (r, c) == (pr, pc) else TILE_SYMBOLS[tile]
                 for c, tile in enumerate(row)
             )

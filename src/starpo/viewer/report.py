@@ -181,17 +181,34 @@ def _plot_series(ax: Axes, run: RunData, key: str, color: str, style: str, label
         ax.fill_between(low[0], low[1], high[1], color=color, alpha=0.15, linewidth=0)
 
 
+def alert_spells(steps: Sequence[int]) -> list[tuple[int, int]]:
+    """Consecutive steps as (first, last) spells: the detector raises an alert at every step
+    it stays in a state, and one line per step would hide the curves behind them."""
+    spells: list[tuple[int, int]] = []
+    for step in sorted(set(steps)):
+        if spells and step == spells[-1][1] + 1:
+            spells[-1] = (spells[-1][0], step)
+        else:
+            spells.append((step, step))
+    return spells
+
+
 def _draw_alerts(ax: Axes, run: RunData, style: str) -> int:
-    """Vertical lines at `run`'s alert steps, coloured by severity; returns how many."""
-    seen = set()
+    """For each spell of `run`'s alerts of one severity: a vertical line where it starts
+    and a light band over the steps it lasts, coloured by severity; returns the spells."""
+    by_severity: dict[str, list[int]] = {}
     for alert in run.alerts:
-        if (alert.step, alert.severity) in seen:
-            continue
-        seen.add((alert.step, alert.severity))
-        color = SEVERITY_COLORS.get(alert.severity, UNKNOWN_SEVERITY_COLOR)
-        ax.axvline(alert.step, color=color, linestyle=style, linewidth=1.2, alpha=0.8,
-                   gid=f"alert-{alert.severity}")  # fmt: skip
-    return len(seen)
+        by_severity.setdefault(alert.severity, []).append(alert.step)
+    count = 0
+    for severity, steps in by_severity.items():
+        color = SEVERITY_COLORS.get(severity, UNKNOWN_SEVERITY_COLOR)
+        for first, last in alert_spells(steps):
+            ax.axvline(first, color=color, linestyle=style, linewidth=1.2, alpha=0.8,
+                       gid=f"alert-{severity}")  # fmt: skip
+            if last > first:
+                ax.axvspan(first, last, color=color, alpha=0.08, linewidth=0)
+            count += 1
+    return count
 
 
 def draw_panel(ax: Axes, runs: Sequence[RunData], panel: Panel, colors: Sequence[str]) -> bool:
@@ -269,7 +286,8 @@ def build_figure(
 ) -> Figure:
     """A figure with one subplot per panel (3 columns at most), ready to save.
 
-    Alert lines carry the gid `alert-<severity>`, so callers can find them in `ax.lines`.
+    Alert lines (one where each spell of alerts starts) carry the gid `alert-<severity>`,
+    so callers can find them in `ax.lines`.
     """
     ncols = min(3, len(panels))
     nrows = math.ceil(len(panels) / ncols)
