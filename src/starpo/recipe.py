@@ -90,22 +90,19 @@ def run_stage(folder: Path, name: str, work: Callable[[], dict[str, Any]]) -> di
     return kept
 
 
-def evaluate(
-    model: str, cfg: Any, folder: Path, settings: Any, seeds: int | None = None
-) -> dict[str, Any]:
-    """`model` on the first `seeds` validation seeds (from the preset's first one, default
-    the preset's count); writes `starpo eval`'s files in `folder`."""
+def evaluate(model: str, cfg: Any, folder: Path, settings: Any, seeds: int) -> dict[str, Any]:
+    """`model` on `seeds` validation seeds from the preset's first one; writes `starpo
+    eval`'s files in `folder`."""
     from starpo.evaluation import write_results
     from starpo.rollout.evaluate import evaluate_model, progress_bar
 
     first = cfg.trainer.val_seed_start
-    count = cfg.trainer.val_seeds if seeds is None else seeds
-    bar, show = progress_bar(count, f"eval {Path(model).name}")
+    bar, show = progress_bar(seeds, f"eval {Path(model).name}")
     with bar:
         result, summary = evaluate_model(
             cfg.env.id,
             model,
-            list(range(first, first + count)),
+            list(range(first, first + seeds)),
             settings,
             device=cfg.model.device,
             backend=cfg.rollout.backend,

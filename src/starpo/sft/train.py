@@ -243,14 +243,7 @@ def train_epochs(
     history = []
     if val:
         before = evaluate(model, val, options.micro_batch_size, pad_token_id, precision)
-        history.append(
-            {
-                "epoch": 0,
-                "val_loss": before.loss,
-                "val_accuracy": before.accuracy,
-                "val_turn_accuracy": before.turn_accuracy,
-            }
-        )
+        history.append({"epoch": 0, **_val_metrics(before)})
         say(
             f"before SFT: val loss {before.loss:.4f}, val token accuracy {before.accuracy:.1%}, "
             f"val turn accuracy {before.turn_accuracy:.1%}"
@@ -282,11 +275,7 @@ def train_epochs(
         row = _epoch_row(epoch, totals, grad_norms, seconds, shuffled, schedule)
         if val:
             after = evaluate(model, val, options.micro_batch_size, pad_token_id, precision)
-            row.update(
-                val_loss=after.loss,
-                val_accuracy=after.accuracy,
-                val_turn_accuracy=after.turn_accuracy,
-            )
+            row.update(_val_metrics(after))
         history.append(row)
         say(format_epoch(row, options.epochs))
     model.eval()
@@ -299,6 +288,14 @@ def _clip(params: list[nn.Parameter], max_norm: float) -> float:
         return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
     grads = [p.grad.norm() for p in params if p.grad is not None]
     return float(torch.linalg.vector_norm(torch.stack(grads))) if grads else 0.0
+
+
+def _val_metrics(totals: Totals) -> dict[str, float]:
+    return {
+        "val_loss": totals.loss,
+        "val_accuracy": totals.accuracy,
+        "val_turn_accuracy": totals.turn_accuracy,
+    }
 
 
 def _epoch_row(epoch, totals: Totals, grad_norms, seconds, examples, schedule) -> dict:
