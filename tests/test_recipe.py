@@ -62,3 +62,14 @@ def test_recipe_runs_every_stage_and_resumes(tmp_path: Path, tiny_model_dir: Pat
 def test_unknown_recipe_names_the_choices():
     with pytest.raises(UserError, match="choose one of: " + ", ".join(RECIPES)):
         recipe_for("bandit")
+
+
+def test_demo_reports_a_bad_env_or_override_in_one_line(capsys):
+    from starpo.demo import main
+
+    assert main(["--env", "bandit"]) == 2
+    assert main(["--env", "sokoban", "--eval-seeds", "0"]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert errors[0].startswith("starpo: error: no multi-turn recipe for env 'bandit'")
+    assert errors[1] == "starpo: error: eval_seeds must be at least 1, got 0"
+    assert len(errors) == 2  # no traceback

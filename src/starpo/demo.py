@@ -18,6 +18,7 @@ from typing import Any
 
 from starpo.envs import make
 from starpo.envs.policies import make_policy
+from starpo.errors import UserError
 from starpo.evaluation import run_episode
 
 DEMO_ENVS = ("bandit", "bandit-rev", "frozenlake", "sokoban", "sokoban-large", "sokoban-newvocab")
@@ -118,16 +119,25 @@ def main(argv: list[str] | None = None) -> int:
         help="dotted config overrides of the preset, e.g. trainer.total_steps=20",
     )
     args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except UserError as exc:  # a user's mistake: one line, as the starpo command prints it
+        print(f"starpo: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    """The demo, or the recipe with --env, or the env list with --envs."""
     if args.envs:
         show_envs()
         return 0
+    overrides = list(args.overrides)
+    if args.steps is not None:
+        overrides.append(f"trainer.total_steps={args.steps}")
     if args.env is not None:
         from starpo.recipe import run_recipe
 
         name = f"runs/recipe-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}"
-        overrides = list(args.overrides)
-        if args.steps is not None:
-            overrides.append(f"trainer.total_steps={args.steps}")
         run_recipe(
             args.env,
             Path(args.out or name),
@@ -137,9 +147,6 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     out = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")
-    overrides = list(args.overrides)
-    if args.steps is not None:
-        overrides.append(f"trainer.total_steps={args.steps}")
     return train_demo(out, overrides)
 
 
