@@ -1,5 +1,6 @@
 """The paper's findings at small scale: vanilla StarPO against StarPO-S (the echo trap),
-and interaction granularity (actions per turn), from one SFT model on one env.
+interaction granularity (actions per turn) and rollout freshness (policy updates per rollout
+batch), from one SFT model on one env.
 
     python experiments/paper_findings.py --env sokoban --device cuda --out runs/findings
     python experiments/paper_findings.py --env sokoban --device cpu --steps 20 ...  # slow
@@ -12,7 +13,10 @@ and interaction granularity (actions per turn), from one SFT model on one env.
    - `starpo-s`: the env's preset (top-25% std filter, GRPO, no KL, clip 0.2 / 0.28);
    - `vanilla`: RAGEN's vanilla StarPO (no filter, PPO with a critic, KL 0.001, clip 0.2 / 0.2);
    - `starpo-s-k3`: StarPO-S with up to 3 actions a turn (and 4 turns), from the SFT model
-     of that layout: coarser interaction granularity than the preset's one action a turn.
+     of that layout: coarser interaction granularity than the preset's one action a turn;
+   - `starpo-s-reuse4`: StarPO-S with 4 policy updates per rollout batch
+     (`optim.ppo_epochs=4`): staler rollouts than the preset's fully on-policy one update.
+     The same rollouts per step, so 4x the updates; the reference's freshness knob.
 3. `starpo report` over all runs: the PNG curves (success, reward std, entropy, grad norm)
    and the collapse detector's alerts, side by side.
 
@@ -39,6 +43,7 @@ VANILLA = [  # RAGEN's vanilla StarPO, as in the paper presets (paper-base.yaml)
     "algorithm.clip_high=0.2",
 ]
 COARSE = ["rollout.max_actions_per_turn=3", "rollout.max_turns=4"]  # still 10 per episode
+STALE = ["optim.ppo_epochs=4"]  # each rollout batch trains 4 updates: older rollouts
 
 
 def variants(sft_k1: Path, sft_k3: Path) -> dict[str, tuple[Path, list[str]]]:
@@ -47,6 +52,7 @@ def variants(sft_k1: Path, sft_k3: Path) -> dict[str, tuple[Path, list[str]]]:
         "starpo-s": (sft_k1, []),
         "vanilla": (sft_k1, VANILLA),
         "starpo-s-k3": (sft_k3, COARSE),
+        "starpo-s-reuse4": (sft_k1, STALE),
     }
 
 
@@ -101,13 +107,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline", type=float, default=1e9, help="seconds for the RL runs")
     parser.add_argument("--sft-episodes", type=int, default=None, help="default: the recipe's")
     parser.add_argument("--base", default=None, help="base model (default: the preset's)")
-    parser.add_argument("--only", nargs="*", default=None, help="run only these variants")
+    names = list(variants(Path(), Path()))
+    parser.add_argument("--only", nargs="*", choices=names, help="run only these variants")
     parser.add_argument("overrides", nargs="*", help="dotted overrides for every variant")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
     sft_k1 = run_sft(args, args.out / "sft-k1", [])
-    sft_k3 = run_sft(args, args.out / "sft-k3", COARSE)
+    wanted = args.only or names
+    # Only the coarse variant needs the second SFT model (its layout differs).
+    sft_k3 = run_sft(args, args.out / "sft-k3", COARSE) if "starpo-s-k3" in wanted else sft_k1
     print(f"SFT done in {time.perf_counter() - started:.0f} s", flush=True)
 
     common = [
@@ -121,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONUNBUFFERED": "1"}
     running = {}
     for name, (model, overrides) in variants(sft_k1, sft_k3).items():
-        if args.only and name not in args.only:
+        if name not in wanted:
             continue
         run_dir = args.out / name
         cmd = starpo(
@@ -148,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         log.close()
         print(f"{name}: stopped at the deadline ({args.deadline:.0f} s)", flush=True)
 
-    runs = [str(args.out / name) for name in variants(sft_k1, sft_k3)
+    runs = [str(args.out / name) for name in wanted
             if (args.out / name / "metrics.jsonl").exists()]  # fmt: skip
     subprocess.run(starpo("report", *runs, "--out", str(args.out / "report")), check=False)
     print(f"total {time.perf_counter() - started:.0f} s", flush=True)

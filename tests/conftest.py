@@ -51,3 +51,21 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local 2-CPU Ray instance for the tests that need one: started on first use, shut
+    down at the end of the session (even when tests fail). Trainers join it (and leave it
+    running) instead of starting their own."""
+    ray = pytest.importorskip("ray")
+    from starpo.distributed import connect
+
+    assert not ray.is_initialized()
+    connection = connect(num_cpus=2)
+    assert connection.started_here
+    try:
+        yield connection
+    finally:
+        connection.close()
+        assert not ray.is_initialized()

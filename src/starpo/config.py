@@ -116,6 +116,12 @@ class RolloutConfig(ConfigSection):
     num_groups: int = _f(8, "Env groups per step (distinct initial states).", ge=1)
     group_size: int = _f(16, "Rollouts per group; all share one seed.", ge=1)
     train_seed_start: int = _f(10000, "Training seeds count up from here.", ge=0)
+    workers: int = _f(
+        0,
+        "Ray rollout workers: each owns its envs and a replica of the policy, and plays a "
+        "share of the env groups; 0 = in-process (no Ray). See the ray section.",
+        ge=0,
+    )
     backend: str = _f(
         "auto",
         "Generation backend (starpo.registry.GENERATION_BACKENDS): hf = the training model's "
@@ -322,6 +328,26 @@ class TrainerConfig(ConfigSection):
     )
 
 
+class RayConfig(ConfigSection):
+    _prefix = "ray"
+
+    address: str | None = _f(
+        None,
+        "Ray cluster to join: auto = the one `ray start` runs on this machine, or "
+        "HOST:PORT. null = start a local instance for the run and shut it down after.",
+        example="auto",
+    )
+    num_cpus: int | None = _f(
+        None, "CPUs of a local instance; null = this machine's.", ge=1, example=2
+    )
+    host: str = _f(
+        "127.0.0.1",
+        "Address a local instance and its ports listen on; another address exposes them "
+        "to the network.",
+    )
+    dashboard: bool = _f(False, "Start Ray's dashboard (on ray.host) with a local instance.")
+
+
 @config_root
 class TrainConfig(ConfigSection):
     """Everything `starpo train` needs, one section per concern."""
@@ -334,6 +360,7 @@ class TrainConfig(ConfigSection):
     algorithm: AlgorithmConfig = _section(AlgorithmConfig, "advantages and losses")
     optim: OptimConfig = _section(OptimConfig, "optimizer and batching")
     trainer: TrainerConfig = _section(TrainerConfig, "loop, validation, checkpoints, logging")
+    ray: RayConfig = _section(RayConfig, "the Ray cluster of rollout workers (rollout.workers)")
     diagnostics: DiagnosticsConfig = _section(
         DiagnosticsConfig, "the collapse detector: metric keys, smoothing, thresholds"
     )

@@ -112,9 +112,12 @@ class Trainer:
             f"rollouts: {numerics.name} backend in {numerics.compute_dtype}; "
             f"old log-probs: {source}"
         )
+        self.local_backend, self.decode_dtype = self.backend, decode_dtype
         self.train_engine = RolloutEngine(self.backend, tokenizer, cfg.rollout.settings())
-        val_settings = cfg.rollout.settings(temperature=cfg.trainer.val_temperature)
-        self.val_engine = RolloutEngine(self.backend, tokenizer, val_settings)
+        self.val_engine = RolloutEngine(self.backend, tokenizer, self.val_settings)
+        self.local_engines = (self.train_engine, self.val_engine)
+        self.pool: Any = None  # Ray rollout workers while `train` runs (rollout.workers > 0)
+        self.cluster: Any = None
         self.start_step = 0
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.memory = ResponseMemory()
@@ -133,6 +136,10 @@ class Trainer:
         )
         if resume:
             self.logger.truncate_after(self.start_step)
+
+    @property
+    def val_settings(self):
+        return self.cfg.rollout.settings(temperature=self.cfg.trainer.val_temperature)
 
     def say(self, message: str) -> None:
         """A console line (logger "starpo.trainer"), unless quiet."""
@@ -163,6 +170,7 @@ class Trainer:
         total, history = self.cfg.trainer.total_steps, []
         last = total if until_step is None else min(until_step, total)
         try:
+            self.start_workers()
             if self.start_step == 0 and self.cfg.trainer.val_before_train:
                 history.append(self._log(0, self.validate(0)))
             for step in range(self.start_step + 1, last + 1):
@@ -181,8 +189,53 @@ class Trainer:
             if last == total:
                 self.export_final()
         finally:
+            self.stop_workers()
             self.logger.close()
         return history
+
+    def start_workers(self) -> None:
+        """With rollout.workers > 0: join or start Ray and start the rollout workers, which
+        then play every training and validation episode (until `stop_workers`)."""
+        cfg = self.cfg
+        if not cfg.rollout.workers or self.pool is not None:
+            return
+        from starpo.distributed import RolloutPool, connect
+
+        self.cluster = connect(
+            cfg.ray.address,
+            num_cpus=cfg.ray.num_cpus,
+            host=cfg.ray.host,
+            dashboard=cfg.ray.dashboard,
+        )
+        try:
+            self.pool = RolloutPool(
+                cfg.rollout.workers,
+                self.models.actor,
+                self.models.tokenizer,
+                backend=cfg.rollout.backend,
+                compute_dtype=self.decode_dtype,
+                numerics=self.local_backend.numerics,
+            )
+        except BaseException:
+            self.cluster.close()
+            raise
+        self.pool.update_weights(self.models.actor, self.policy_version)
+        self.backend = self.pool
+        self.train_engine = self.pool.engine(cfg.rollout.settings())
+        self.val_engine = self.pool.engine(self.val_settings)
+        self.say(f"rollouts: {cfg.rollout.workers} Ray workers ({self.cluster.address} cluster)")
+
+    def stop_workers(self) -> None:
+        """Stop the rollout workers (and a Ray instance started for them); rollouts run
+        in-process again."""
+        if self.pool is None:
+            return
+        self.pool.close()
+        self.cluster.close()
+        self.pool = self.cluster = None
+        self.backend = self.local_backend
+        self.backend.update_weights(self.models.actor, self.policy_version)
+        self.train_engine, self.val_engine = self.local_engines
 
     def _due(self, step: int, every: int) -> bool:
         return step == self.cfg.trainer.total_steps or (every > 0 and step % every == 0)
@@ -217,6 +270,8 @@ class Trainer:
         metrics = rollout_metrics(f"train/{cfg.env.id}", ModelEvalResult(trajectories, generating))
         metrics.update(echo_trap_metrics(trajectories, self.memory))
         self.memory.add(trajectories)
+        if self.pool is not None:
+            metrics.update(self.pool.metrics())
         return trajectories, metrics
 
     def filter(self, trajectories: list[Trajectory], metrics: dict[str, float]) -> list[Trajectory]:

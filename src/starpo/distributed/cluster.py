@@ -1,0 +1,100 @@
+"""The Ray cluster a run uses: a local instance started for it, or one it joins.
+
+Without `ray.address` starpo starts Ray on this machine, sized to it, with every port on
+`ray.host` (127.0.0.1 unless the user asks otherwise) and no dashboard unless asked, and
+shuts it down when the run ends. `ray.address=auto` (or HOST:PORT) joins a cluster that
+`ray start` runs; starpo leaves that one running.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from starpo.errors import UserError
+
+
+def import_ray() -> ModuleType:
+    """Ray, or a one-line error saying how to get it (only distributed runs need it)."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise UserError(
+            "rollout.workers > 0 needs Ray: pip install 'starpo[ray]' (or set rollout.workers=0)"
+        ) from exc
+    return ray
+
+
+def local_init_kwargs(num_cpus: int | None, host: str, dashboard: bool) -> dict[str, Any]:
+    """`ray.init` arguments of a local instance: its size, its listening address, quiet."""
+    kwargs: dict[str, Any] = {
+        "num_cpus": num_cpus or os.cpu_count() or 1,
+        "include_dashboard": dashboard,
+        "_node_ip_address": host,  # the raylet, object store and GCS listen here
+        "log_to_driver": False,  # worker output stays in Ray's session logs
+        "configure_logging": False,
+    }
+    if dashboard:
+        kwargs["dashboard_host"] = host
+    return kwargs
+
+
+def check_reachable(address: str, timeout_s: float = 3.0) -> None:
+    """Fail fast on a HOST:PORT nothing listens on (Ray itself retries for minutes)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or address.startswith(("auto", "ray://")):
+        return  # `auto` is checked by Ray at once; a ray:// client URL is Ray's to judge
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except (OSError, ValueError) as exc:
+        raise UserError(
+            f"ray.address={address}: no Ray cluster answers there ({exc}); start one with "
+            "`ray start --head`, or unset ray.address for a local instance"
+        ) from exc
+
+
+@dataclass
+class RayCluster:
+    """The connection of one run; `close()` shuts down only an instance started here."""
+
+    started_here: bool
+    address: str
+
+    def close(self) -> None:
+        ray = import_ray()
+        if self.started_here and ray.is_initialized():
+            ray.shutdown()
+
+
+def connect(
+    address: str | None = None,
+    *,
+    num_cpus: int | None = None,
+    host: str = "127.0.0.1",
+    dashboard: bool = False,
+) -> RayCluster:
+    """Join `address`, or start a local instance when it is None.
+
+    A process that already called `ray.init` (a notebook, a test) keeps its instance and
+    starpo does not shut it down.
+    """
+    ray = import_ray()
+    if ray.is_initialized():
+        return RayCluster(started_here=False, address="existing")
+    if address is None:
+        ray.init(**local_init_kwargs(num_cpus, host, dashboard))
+        return RayCluster(started_here=True, address="local")
+    check_reachable(address)
+    try:
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(
+            f"ray.address={address}: cannot join a Ray cluster there ({first_line}); start "
+            "one with `ray start --head`, or unset ray.address for a local instance"
+        ) from exc
+    return RayCluster(started_here=False, address=address)
