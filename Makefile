@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_decode.py
 	$(BIN)/python bench/bench_rollout.py
 	$(BIN)/python bench/bench_update.py
+	$(BIN)/python bench/bench_workers.py
 
 # The bench extra (TRL) is for bench-trl only, never for `make test` or CI. torch is named
 # again, pinned, so that pip fails rather than swap the CPU build for another.

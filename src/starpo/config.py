@@ -321,6 +321,13 @@ class TrainerConfig(ConfigSection):
     num_threads: int | None = _f(
         None, "torch CPU threads; null = torch's default.", ge=1, example=2
     )
+    learners: int = _f(
+        1,
+        "Data-parallel learners: the driver plus N-1 Ray actors split each mini-batch's "
+        "micro-batches and sum gradients with torch.distributed (gloo); one step equals one "
+        "learner's on the same batch. CPU only so far.",
+        ge=1,
+    )
     on_collapse: str = _f(
         "warn",
         "When the collapse detector fires: warn, stop, or rollback to the last good checkpoint.",
@@ -403,6 +410,19 @@ class TrainConfig(ConfigSection):
                 "log-probs recomputed; set algorithm.recompute_old_logprobs=true (or null)"
             )
         micro = self.optim.micro_batch_size
+        learners = self.trainer.learners
+        if learners > 1 and mini // micro < learners:
+            raise UserError(
+                f"trainer.learners={learners} split each mini-batch's micro-batches, but "
+                f"optim.mini_batch_size={mini} / optim.micro_batch_size={micro} makes "
+                f"{mini // micro}; set optim.micro_batch_size={max(1, mini // learners)} "
+                "or fewer learners"
+            )
+        if learners > 1 and self.model.device != "cpu":
+            raise UserError(
+                f"trainer.learners={learners} runs CPU learners (gloo) only so far; "
+                f"model.device={self.model.device} needs trainer.learners=1"
+            )
         if mini % micro:
             raise UserError(
                 f"optim.micro_batch_size={micro} does not divide optim.mini_batch_size={mini}; "

@@ -6,7 +6,6 @@ rather than starting its own (a run started elsewhere is never shut down by star
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -153,22 +152,38 @@ def test_new_weights_reach_the_workers_once_per_version(cluster, policy):
     assert not _same(before, after)
 
 
+class _DiesOnceItsChunkIsSent:
+    """Stands in for a worker's actor handle: forwards every call, and kills the actor right
+    after the step's chunk was sent to it, so it dies with that chunk in flight."""
+
+    def __init__(self, actor) -> None:
+        self.actor = actor
+        self.run = self
+
+    def remote(self, *args):
+        future = self.actor.run.remote(*args)
+        ray.kill(self.actor)
+        return future
+
+    def __getattr__(self, name):
+        return getattr(self.actor, name)
+
+
 def test_a_worker_killed_mid_step_has_its_groups_rerun(cluster, policy):
     model, tokenizer = policy
     settings = RolloutSettings(max_turns=4, max_new_tokens=16, temperature=0.0, think=False)
     pool = _pool(model, tokenizer, 2)
-    victim = pool.workers[1]
-    killer = threading.Timer(0.3, lambda: ray.kill(victim))
     try:
-        killer.start()
+        engine = pool.engine(settings)
+        engine.run("sokoban", SEEDS, 2)  # a first step: weights sent, both workers served
+        pool.workers[1] = victim = _DiesOnceItsChunkIsSent(pool.workers[1])
         started = time.monotonic()
-        remote = pool.engine(settings).run("sokoban", SEEDS, 2)
+        remote = engine.run("sokoban", SEEDS, 2)
         assert time.monotonic() - started < 120
-        killer.join()
         assert pool.restarts == 1 and pool.workers[1] is not victim
-        again = pool.engine(settings).run("sokoban", SEEDS, 2)  # the replacement serves on
+        again = engine.run("sokoban", SEEDS, 2)  # the replacement serves on
+        assert pool.restarts == 1
     finally:
-        killer.cancel()
         pool.close()
     local = _local(model, tokenizer, settings)
     assert _same(remote, local) and _same(again, local)

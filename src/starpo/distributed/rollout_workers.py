@@ -205,7 +205,7 @@ class RolloutPool:
             self.broadcast.last_seconds = time.perf_counter() - started
         return self._weights[1]
 
-    def _sync_weights(self) -> None:
+    def sync_weights(self) -> None:
         """Send the current version to every worker that lacks it; wait for the loads."""
         ray = import_ray()
         ref, started = self._weights_ref(), time.perf_counter()
@@ -248,7 +248,7 @@ class RolloutPool:
         started = time.perf_counter()
         pending = list(range(len(chunks)))
         while pending:
-            self._sync_weights()
+            self.sync_weights()
             futures = {}
             for chunk in pending:
                 groups = chunks[chunk]

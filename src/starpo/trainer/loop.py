@@ -12,6 +12,7 @@ from starpo.algorithms import filter_groups
 from starpo.config import TrainConfig, config_to_dict, save_config
 from starpo.diagnostics import ResponseMemory, echo_trap_metrics
 from starpo.envs import make
+from starpo.errors import UserError
 from starpo.logs import console_logger
 from starpo.memory import return_large_frees_to_os
 from starpo.models.precision import precision_for, rollout_dtype
@@ -24,6 +25,7 @@ from starpo.trainer.batch import TrainBatch, build_batch
 from starpo.trainer.checkpoint import (
     capture_rng_state,
     find_resume_point,
+    latest_checkpoint,
     load_checkpoint,
     restore_rng_state,
     save_checkpoint,
@@ -117,6 +119,7 @@ class Trainer:
         self.val_engine = RolloutEngine(self.backend, tokenizer, self.val_settings)
         self.local_engines = (self.train_engine, self.val_engine)
         self.pool: Any = None  # Ray rollout workers while `train` runs (rollout.workers > 0)
+        self.learners: Any = None  # learners 1..N-1 while `train` runs (trainer.learners > 1)
         self.cluster: Any = None
         self.start_step = 0
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -194,48 +197,72 @@ class Trainer:
         return history
 
     def start_workers(self) -> None:
-        """With rollout.workers > 0: join or start Ray and start the rollout workers, which
-        then play every training and validation episode (until `stop_workers`)."""
+        """With rollout.workers > 0 or trainer.learners > 1: join or start Ray, then start
+        the rollout workers (they play every training and validation episode) and the
+        other learners, until `stop_workers`."""
         cfg = self.cfg
-        if not cfg.rollout.workers or self.pool is not None:
+        if (not cfg.rollout.workers and cfg.trainer.learners == 1) or self.cluster is not None:
             return
-        from starpo.distributed import RolloutPool, connect
+        from starpo.distributed import connect
 
+        ray_cfg = cfg.ray
         self.cluster = connect(
-            cfg.ray.address,
-            num_cpus=cfg.ray.num_cpus,
-            host=cfg.ray.host,
-            dashboard=cfg.ray.dashboard,
+            ray_cfg.address,
+            num_cpus=ray_cfg.num_cpus,
+            host=ray_cfg.host,
+            dashboard=ray_cfg.dashboard,
         )
         try:
-            self.pool = RolloutPool(
-                cfg.rollout.workers,
-                self.models.actor,
-                self.models.tokenizer,
-                backend=cfg.rollout.backend,
-                compute_dtype=self.decode_dtype,
-                numerics=self.local_backend.numerics,
-            )
+            if cfg.rollout.workers:
+                self._start_rollout_workers()
+            if cfg.trainer.learners > 1:
+                self._start_learners()
         except BaseException:
-            self.cluster.close()
+            self.stop_workers()
             raise
+
+    def _start_rollout_workers(self) -> None:
+        from starpo.distributed import RolloutPool
+
+        cfg = self.cfg
+        self.pool = RolloutPool(
+            cfg.rollout.workers,
+            self.models.actor,
+            self.models.tokenizer,
+            backend=cfg.rollout.backend,
+            compute_dtype=self.decode_dtype,
+            numerics=self.local_backend.numerics,
+        )
         self.pool.update_weights(self.models.actor, self.policy_version)
         self.backend = self.pool
         self.train_engine = self.pool.engine(cfg.rollout.settings())
         self.val_engine = self.pool.engine(self.val_settings)
         self.say(f"rollouts: {cfg.rollout.workers} Ray workers ({self.cluster.address} cluster)")
 
+    def _start_learners(self) -> None:
+        from starpo.distributed.learners import Learners
+
+        world = self.cfg.trainer.learners
+        self.learners = Learners(
+            world, config_to_dict(self.cfg), self.models, self.optimizers, self.cfg.ray.host
+        )
+        self.say(f"update: {world} data-parallel learners (gloo)")
+
     def stop_workers(self) -> None:
-        """Stop the rollout workers (and a Ray instance started for them); rollouts run
-        in-process again."""
-        if self.pool is None:
-            return
-        self.pool.close()
-        self.cluster.close()
-        self.pool = self.cluster = None
-        self.backend = self.local_backend
-        self.backend.update_weights(self.models.actor, self.policy_version)
-        self.train_engine, self.val_engine = self.local_engines
+        """Stop the rollout workers and learners (and a Ray instance started for them);
+        rollouts and updates run in-process again."""
+        if self.learners is not None:
+            self.learners.close()
+            self.learners = None
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+            self.backend = self.local_backend
+            self.backend.update_weights(self.models.actor, self.policy_version)
+            self.train_engine, self.val_engine = self.local_engines
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
 
     def _due(self, step: int, every: int) -> bool:
         return step == self.cfg.trainer.total_steps or (every > 0 and step % every == 0)
@@ -298,12 +325,41 @@ class Trainer:
 
     def update(self, step: int, batch: TrainBatch) -> dict[str, float]:
         """PPO epochs over the batch, then hand the new weights to the backend."""
-        generator = torch.Generator().manual_seed(self._seed(step, 2))
-        metrics = ppo_update(batch, self.models, self.optimizers, self.cfg, generator, self.skips)
+        seed = self._seed(step, 2)
+        generator = torch.Generator().manual_seed(seed)
+        if self.learners is None:
+            models, optimizers = self.models, self.optimizers
+            metrics = ppo_update(batch, models, optimizers, self.cfg, generator, self.skips)
+        else:
+            metrics = self._update_with_learners(step, batch, generator, seed)
         self.backend.update_weights(self.models.actor, self.policy_version)
         metrics["actor/lr"] = self.optimizers.actor.param_groups[0]["lr"]  # the next update's
         if self.optimizers.critic is not None:
             metrics["critic/lr"] = self.optimizers.critic.param_groups[0]["lr"]
+        return metrics
+
+    def _update_with_learners(
+        self, step: int, batch: TrainBatch, generator: torch.Generator, seed: int
+    ) -> dict[str, float]:
+        """The update on every learner at once; a lost learner stops the run."""
+        from starpo.distributed.cluster import import_ray
+
+        ray = import_ray()
+        try:
+            self.learners.start_update(batch, seed)
+            metrics = ppo_update(
+                batch, self.models, self.optimizers, self.cfg, generator, self.skips,
+                sync=self.learners.sync,
+            )  # fmt: skip
+            self.learners.finish_update()
+        except (RuntimeError, ray.exceptions.RayError) as exc:
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            saved = latest_checkpoint(self.run_dir)
+            last = saved.name if saved is not None else "none yet: it starts over"
+            raise UserError(
+                f"a learner was lost during the update of step {step} ({reason}); the run "
+                f"stops. `starpo train --resume` continues from the last checkpoint ({last})"
+            ) from exc
         return metrics
 
     def validate(self, step: int) -> dict[str, float]:
@@ -370,6 +426,9 @@ class Trainer:
             load_trainable_state(self.models.critic, state["critic"])
         self.optimizers.load_state_dict(state, schedules=schedules)
         self.backend.update_weights(self.models.actor, self.policy_version)
+        if self.learners is not None:  # a rollback: the other learners start over from here
+            self.learners.close()
+            self._start_learners()
 
     def _resume(self) -> None:
         state = load_checkpoint(find_resume_point(self.run_dir))

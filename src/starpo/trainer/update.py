@@ -8,6 +8,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -30,6 +31,9 @@ from starpo.trainer.batch import TrainBatch
 from starpo.trainer.forward import policy_logprobs, reference_logprobs
 from starpo.trainer.models import TrainModels, trainable_parameters
 from starpo.trainer.optim import Optimizers
+
+if TYPE_CHECKING:
+    from starpo.distributed.learners import GradientSync
 
 
 class NonFiniteUpdates(UserError):
@@ -279,18 +283,24 @@ def _merge(parts: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
 
 
 def accumulate_gradients(
-    mini: TrainBatch, models: TrainModels, cfg: TrainConfig
+    mini: TrainBatch, models: TrainModels, cfg: TrainConfig, sync: GradientSync | None = None
 ) -> tuple[dict[str, float], bool]:
     """Backward the mini-batch's losses micro-batch by micro-batch (gradients add up to
     those of one pass over the whole mini-batch); return (metrics, every loss finite).
-    Without old log-probs (None), the mini-batch gets its forwards' own (see `actor_loss`)."""
+    Without old log-probs (None), the mini-batch gets its forwards' own (see `actor_loss`).
+
+    With `sync` (data-parallel learners) this learner runs only its share of the
+    micro-batches, then the learners sum gradients and old log-probs and share metrics, so
+    every learner ends with what one learner would have over all micro-batches."""
     agg, size = cfg.algorithm.loss_agg, cfg.optim.micro_batch_size
     count = aggregation_count(mini.loss_mask, agg)  # the mini-batch's, for every micro
     parts, finite = [], True
     on_policy = mini.old_logprobs is None  # filled in by the micro-batches' forwards
     if on_policy:
         mini.old_logprobs = torch.zeros_like(mini.loss_mask)
-    for rows, micro in mini.split(size):
+    for index, (rows, micro) in enumerate(mini.split(size)):
+        if sync is not None and not sync.owns(index):
+            continue
         if on_policy:
             micro.old_logprobs = None
         loss, metrics = actor_loss(models, micro, cfg, count)
@@ -302,8 +312,18 @@ def accumulate_gradients(
             metrics.update(cmetrics)
         finite = finite and bool(torch.isfinite(loss))
         loss.backward()
-        parts.append((float(micro.loss_mask.sum()), metrics))
-    return _merge(parts), finite
+        parts.append((index, float(micro.loss_mask.sum()), metrics))
+    if sync is not None:
+        sync.sum_gradients([*trainable_parameters(models.actor), *_critic_parameters(models)])
+        if on_policy:  # each row was filled by exactly one learner, zeros elsewhere
+            sync.sum_(mini.old_logprobs)
+        finite = sync.all_true(finite)
+        parts = sorted((p for shard in sync.gather(parts) for p in shard), key=lambda p: p[0])
+    return _merge([(weight, metrics) for _, weight, metrics in parts]), finite
+
+
+def _critic_parameters(models: TrainModels) -> list[torch.nn.Parameter]:
+    return trainable_parameters(models.critic) if models.critic is not None else []
 
 
 def _grad_norm(models: TrainModels, clip: float) -> dict[str, float]:
@@ -322,11 +342,13 @@ def ppo_update(
     cfg: TrainConfig,
     generator: torch.Generator,
     skips: SkipCounter | None = None,
+    sync: GradientSync | None = None,
 ) -> dict[str, float]:
     """`ppo_epochs` passes over the batch in shuffled mini-batches; returns mean metrics of
-    the applied updates. An update whose loss or gradient norm is NaN/Inf is skipped
-    (weights, optimizer state and schedule untouched), counted in `actor/skipped_steps`,
-    and `skips` stops the run after too many in a row.
+    the applied updates. `sync`: this learner's share of data-parallel training (every
+    learner calls this with the same batch and generator). An update whose loss or
+    gradient norm is NaN/Inf is skipped (weights, optimizer state and schedule untouched),
+    counted in `actor/skipped_steps`, and `skips` stops the run after too many in a row.
 
     `rollout/logprob_diff_*` (rollout vs training log-probs) is measured on the first
     mini-batch, before any update, when old log-probs are the rollout's; over the whole
@@ -351,7 +373,7 @@ def ppo_update(
             if pending:  # the first mini-batch: the others' old log-probs up front
                 fill_old_logprobs(batch, rows, models, cfg)
                 mini.old_logprobs = None
-            metrics, finite = accumulate_gradients(mini, models, cfg)
+            metrics, finite = accumulate_gradients(mini, models, cfg, sync)
             if pending:  # now every row has its old log-probs
                 mismatch_of_batch, pending = keep_old_logprobs(batch, rows, mini), False
             metrics.update(_grad_norm(models, opt.grad_clip))

@@ -1,0 +1,89 @@
+"""Data-parallel learners (trainer.learners=2, CPU, gloo) against one learner."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from starpo.config import load_config
+from starpo.errors import UserError
+from starpo.trainer.loop import Trainer
+from starpo.trainer.sinks import read_metrics
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow  # end-to-end Trainer.train() runs
+
+
+def _numbers(rows: list[dict]) -> list[dict]:
+    skip = ("timing_s/", "perf/")
+    return [{k: v for k, v in row.items() if not k.startswith(skip)} for row in rows]
+
+
+def test_two_learners_train_as_one_on_the_same_batches(
+    ray_cluster, tmp_path: Path, bigram_model, make_bandit_config
+):
+    extra = {"trainer.val_every": "2", "trainer.val_seeds": "8", "trainer.save_every": "0"}
+    results = {}
+    for learners in (1, 2):
+        cfg = make_bandit_config(
+            "gae", total_steps=2, **extra, **{"trainer.learners": str(learners)}
+        )
+        model, tokenizer = bigram_model()
+        trainer = Trainer(
+            cfg, tmp_path / str(learners), quiet=True, model=model, tokenizer=tokenizer
+        )
+        trainer.train()
+        assert trainer.learners is None  # the other learner is gone after train()
+        results[learners] = (read_metrics(tmp_path / str(learners)), model.lm_head.weight.clone())
+    (one, weight_one), (two, weight_two) = results[1], results[2]
+    assert not torch.equal(weight_one, torch.zeros_like(weight_one))
+    torch.testing.assert_close(weight_two, weight_one, rtol=1e-5, atol=1e-6)
+    rows_one, rows_two = _numbers(one), _numbers(two)
+    assert [sorted(r) for r in rows_two] == [sorted(r) for r in rows_one]
+    for a, b in zip(rows_one, rows_two, strict=True):
+        for key in a:
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
+
+
+def test_a_lost_learner_stops_the_run_with_one_line_and_resume_continues(
+    ray_cluster, tmp_path: Path, bigram_model, make_bandit_config, monkeypatch
+):
+    from starpo.distributed import learners as learners_module
+
+    extra = {"trainer.val_every": "0", "trainer.save_every": "1", "trainer.learners": "2"}
+    cfg = make_bandit_config("grpo", total_steps=3, **extra)
+    start_update = learners_module.Learners.start_update
+    calls = []
+
+    def start_then_lose_a_learner(self, batch, seed):
+        start_update(self, batch, seed)
+        calls.append(seed)
+        if len(calls) == 2:  # in step 2's update, after step 1 was saved
+            ray.kill(self.replicas[0])
+
+    monkeypatch.setattr(learners_module.Learners, "start_update", start_then_lose_a_learner)
+    model, tokenizer = bigram_model()
+    started = time.monotonic()
+    with pytest.raises(UserError) as lost:
+        Trainer(cfg, tmp_path, quiet=True, model=model, tokenizer=tokenizer).train()
+    assert time.monotonic() - started < 100
+    message = str(lost.value)
+    assert "a learner was lost during the update of step 2" in message
+    assert "--resume" in message and "step_" in message and "\n" not in message
+    assert [m["step"] for m in read_metrics(tmp_path)] == [0, 1]  # step 2 never landed
+
+    monkeypatch.setattr(learners_module.Learners, "start_update", start_update)
+    model, tokenizer = bigram_model()
+    Trainer(cfg, tmp_path, resume=True, quiet=True, model=model, tokenizer=tokenizer).train()
+    assert [m["step"] for m in read_metrics(tmp_path)] == [0, 1, 2, 3]
+
+
+def test_learners_need_a_micro_batch_each():
+    with pytest.raises(UserError, match=r"trainer.learners=4 .* makes 2; set optim.micro_"):
+        load_config(
+            "cpu-tiny-smoke",
+            ["trainer.learners=4", "optim.mini_batch_size=2", "optim.micro_batch_size=1"],
+        )
