@@ -423,6 +423,12 @@ class TrainConfig(ConfigSection):
                 f"trainer.learners={learners} runs CPU learners (gloo) only so far; "
                 f"model.device={self.model.device} needs trainer.learners=1"
             )
+        if self.rollout.workers and self.model.device != "cpu":
+            raise UserError(
+                f"rollout.workers={self.rollout.workers} runs CPU workers only so far (GPU "
+                f"workers are not built); model.device={self.model.device} needs "
+                "rollout.workers=0"
+            )
         if mini % micro:
             raise UserError(
                 f"optim.micro_batch_size={micro} does not divide optim.mini_batch_size={mini}; "

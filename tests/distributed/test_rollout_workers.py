@@ -189,9 +189,12 @@ def test_a_worker_killed_mid_step_has_its_groups_rerun(cluster, policy):
     assert _same(remote, local) and _same(again, local)
 
 
-def test_more_workers_than_cluster_cpus_is_a_one_line_error(cluster, policy):
+def test_more_workers_than_cluster_cpus_is_a_one_line_error(cluster, policy, monkeypatch):
+    from starpo.distributed import cluster as cluster_module
+
+    monkeypatch.setattr(cluster_module, "CPU_RELEASE_WAIT_S", 1.0)  # no CPU frees up here
     model, tokenizer = policy
-    with pytest.raises(UserError, match=r"rollout.workers=3 needs a CPU each; .* has 2"):
+    with pytest.raises(UserError, match=r"rollout.workers=3 needs 3 free CPUs .* 2 free of 2"):
         _pool(model, tokenizer, 3)
 
 

@@ -81,9 +81,41 @@ def test_a_lost_learner_stops_the_run_with_one_line_and_resume_continues(
     assert [m["step"] for m in read_metrics(tmp_path)] == [0, 1, 2, 3]
 
 
+def test_workers_and_learners_beyond_the_clusters_cpus_stop_with_one_line(
+    ray_cluster, tmp_path: Path, bigram_model, make_bandit_config, monkeypatch
+):
+    from starpo.distributed import cluster
+
+    monkeypatch.setattr(cluster, "CPU_RELEASE_WAIT_S", 1.0)  # no CPU frees up here
+    extra = {"rollout.workers": "2", "trainer.learners": "2"}  # 2 + 1 actors, 2 CPUs
+    model, tokenizer = bigram_model()
+    trainer = Trainer(
+        make_bandit_config("grpo", total_steps=1, **extra),
+        tmp_path,
+        quiet=True,
+        model=model,
+        tokenizer=tokenizer,
+    )
+    started = time.monotonic()
+    with pytest.raises(UserError, match=r"trainer.learners=2 .* needs 1 free CPUs .* 0 free of 2"):
+        trainer.train()
+    assert time.monotonic() - started < 60
+    assert trainer.pool is None and trainer.learners is None and ray.is_initialized()
+    deadline = time.monotonic() + 30  # Ray frees a killed actor's CPU a little later
+    while ray.available_resources().get("CPU") != 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ray.available_resources().get("CPU") == 2  # the workers were released
+
+
 def test_learners_need_a_micro_batch_each():
     with pytest.raises(UserError, match=r"trainer.learners=4 .* makes 2; set optim.micro_"):
         load_config(
             "cpu-tiny-smoke",
             ["trainer.learners=4", "optim.mini_batch_size=2", "optim.micro_batch_size=1"],
         )
+
+
+@pytest.mark.parametrize("setting", ["trainer.learners=2", "rollout.workers=1"])
+def test_gpu_runs_refuse_ray_workers_and_learners_they_do_not_have(setting):
+    with pytest.raises(UserError, match=r"only so far.*model.device=cuda needs"):
+        load_config("cpu-tiny-smoke", [setting, "model.device=cuda"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -54,6 +55,43 @@ def check_reachable(address: str, timeout_s: float = 3.0) -> None:
         raise UserError(
             f"ray.address={address}: no Ray cluster answers there ({exc}); start one with "
             "`ray start --head`, or unset ray.address for a local instance"
+        ) from exc
+
+
+#: Seconds to wait for CPUs that just-stopped actors still hold (Ray frees them late).
+CPU_RELEASE_WAIT_S = 10.0
+
+#: Seconds new actors get to start (import torch, unpickle a model) before the run stops.
+ACTOR_START_TIMEOUT_S = 600.0
+
+
+def require_free_cpus(need: int, what: str, fix: str) -> None:
+    """Fail with one line when the cluster has fewer free CPUs than `need`: a Ray actor
+    that cannot be placed would wait forever."""
+    ray = import_ray()
+    deadline = time.monotonic() + CPU_RELEASE_WAIT_S
+    free = int(ray.available_resources().get("CPU", 0))
+    while free < need and time.monotonic() < deadline:  # killed actors free theirs late
+        time.sleep(0.2)
+        free = int(ray.available_resources().get("CPU", 0))
+    if free < need:
+        total = int(ray.cluster_resources().get("CPU", 0))
+        raise UserError(
+            f"{what} needs {need} free CPUs in the Ray cluster; it has {free} free of "
+            f"{total}: {fix}, or give Ray more (ray.num_cpus; more than the cores "
+            "oversubscribes them)"
+        )
+
+
+def wait_started(futures: list, what: str) -> list:
+    """`ray.get` of the actors' first calls, bounded: a clear line instead of a hang."""
+    ray = import_ray()
+    try:
+        return ray.get(futures, timeout=ACTOR_START_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError as exc:
+        raise UserError(
+            f"{what} did not start within {ACTOR_START_TIMEOUT_S:.0f} s; is the Ray cluster "
+            "busy or short of memory? (`ray status` shows it)"
         ) from exc
 
 

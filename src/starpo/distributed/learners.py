@@ -27,8 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from starpo.distributed.cluster import import_ray
-from starpo.errors import UserError
+from starpo.distributed.cluster import import_ray, require_free_cpus, wait_started
 
 #: How long a collective waits for a silent learner before the run stops.
 COLLECTIVE_TIMEOUT = timedelta(seconds=120)
@@ -129,18 +128,15 @@ class Learners:
         self, world: int, config: dict[str, Any], models: Any, optimizers: Any, host: str
     ) -> None:
         ray = import_ray()
-        cpus = int(ray.cluster_resources().get("CPU", 0))
-        if cpus < world - 1:
-            raise UserError(
-                f"trainer.learners={world} needs a CPU for each of its {world - 1} Ray "
-                f"learners; the Ray cluster has {cpus}: lower trainer.learners or give Ray "
-                "more CPUs (ray.num_cpus)"
-            )
+        require_free_cpus(
+            world - 1, f"trainer.learners={world} (the driver + {world - 1} Ray actors)",
+            "set fewer trainer.learners or rollout.workers",
+        )  # fmt: skip
         actor_class = ray.remote(num_cpus=1)(LearnerReplica)
         state = ray.put(optimizers.state_dict())
         models_ref = ray.put(models)
         self.replicas = [actor_class.remote(config, models_ref, state) for _ in range(world - 1)]
-        ray.get([r.ready.remote() for r in self.replicas])  # a failed start raises here
+        wait_started([r.ready.remote() for r in self.replicas], "the learners")
         address = f"{host}:{free_port(host)}"
         threads = max(1, torch.get_num_threads() // world)
         joined = [r.join.remote(address, rank, world, threads) for rank, r in

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from starpo.distributed.cluster import import_ray
+from starpo.distributed.cluster import import_ray, require_free_cpus, wait_started
 from starpo.errors import UserError
 from starpo.rollout.engine import RolloutSettings
 from starpo.types import Trajectory
@@ -143,17 +143,14 @@ class RolloutPool:
         self.threads = threads or max(1, (os.cpu_count() or 1) // num_workers)
         # One object holds the replica's architecture and starting weights; every worker
         # (and every replacement) builds from that reference.
-        cpus = int(ray.cluster_resources().get("CPU", 0))
-        if cpus < num_workers:
-            raise UserError(
-                f"rollout.workers={num_workers} needs a CPU each; the Ray cluster has {cpus}: "
-                f"set rollout.workers={max(1, cpus)} or give Ray more CPUs (ray.num_cpus)"
-            )
+        require_free_cpus(
+            num_workers, f"rollout.workers={num_workers}", "set fewer rollout.workers"
+        )
         self._init_args = (ray.put(model), tokenizer, backend, compute_dtype, self.threads)
         # One CPU each, so Ray spreads workers over a cluster's nodes.
         self._actor_class = ray.remote(num_cpus=1)(RolloutWorker)
         self.workers = [self._start_worker() for _ in range(num_workers)]
-        ray.get([w.ready.remote() for w in self.workers])
+        wait_started([w.ready.remote() for w in self.workers], "the rollout workers")
         self._step_seed = 0
         self._model, self._version = model, 0
         self._weights: tuple[int, Any] | None = None  # (version, object ref) last put

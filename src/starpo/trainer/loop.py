@@ -327,11 +327,13 @@ class Trainer:
         """PPO epochs over the batch, then hand the new weights to the backend."""
         seed = self._seed(step, 2)
         generator = torch.Generator().manual_seed(seed)
-        if self.learners is None:
+        if self.cfg.trainer.learners > 1 and self.cluster is not None:
+            if self.learners is None:  # stopped by a rollback
+                self._start_learners()
+            metrics = self._update_with_learners(step, batch, generator, seed)
+        else:
             models, optimizers = self.models, self.optimizers
             metrics = ppo_update(batch, models, optimizers, self.cfg, generator, self.skips)
-        else:
-            metrics = self._update_with_learners(step, batch, generator, seed)
         self.backend.update_weights(self.models.actor, self.policy_version)
         metrics["actor/lr"] = self.optimizers.actor.param_groups[0]["lr"]  # the next update's
         if self.optimizers.critic is not None:
@@ -426,9 +428,9 @@ class Trainer:
             load_trainable_state(self.models.critic, state["critic"])
         self.optimizers.load_state_dict(state, schedules=schedules)
         self.backend.update_weights(self.models.actor, self.policy_version)
-        if self.learners is not None:  # a rollback: the other learners start over from here
-            self.learners.close()
-            self._start_learners()
+        if self.learners is not None:  # a rollback: the other learners restart from the
+            self.learners.close()  # state the trainer has at its next update (lr changes too)
+            self.learners = None
 
     def _resume(self) -> None:
         state = load_checkpoint(find_resume_point(self.run_dir))
