@@ -237,7 +237,10 @@ class Trainer:
         self.backend = self.pool
         self.train_engine = self.pool.engine(cfg.rollout.settings())
         self.val_engine = self.pool.engine(self.val_settings)
-        self.say(f"rollouts: {cfg.rollout.workers} Ray workers ({self.cluster.address} cluster)")
+        workers = cfg.rollout.workers
+        self.say(
+            f"rollouts: {workers} Ray worker{'s' * (workers > 1)} ({self.cluster.address} cluster)"
+        )
 
     def _start_learners(self) -> None:
         from starpo.distributed.learners import Learners
