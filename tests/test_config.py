@@ -107,7 +107,7 @@ def test_rollout_section_builds_the_engine_settings_from_one_definition():
     assert isinstance(settings, RolloutSettings)
     assert settings.max_new_tokens == 64 and settings.temperature == 0.5
     episode = {f.name for f in fields(RolloutSettings)}
-    per_step = {"num_groups", "group_size", "train_seed_start", "backend", "dtype"}
+    per_step = {"num_groups", "group_size", "train_seed_start", "backend", "dtype", "workers"}
     assert set(RolloutConfig.model_fields) == episode | per_step
     for f in fields(RolloutSettings):  # same default and help text as the one definition
         info = RolloutConfig.model_fields[f.name]
@@ -574,6 +574,8 @@ COUPLED = {
     "filter.ratio",
     "optim.mini_batch_size",
     "optim.micro_batch_size",
+    "trainer.learners",  # <= micro-batches per mini-batch
+    "rollout.workers",  # CPU only, needs Ray
     "algorithm.adv_estimator",
     "algorithm.tis_cap",  # needs algorithm.recompute_old_logprobs not false
     "diagnostics.identical_warn",  # <= diagnostics.identical_collapse

@@ -415,8 +415,7 @@ class TrainConfig(ConfigSection):
             raise UserError(
                 f"trainer.learners={learners} split each mini-batch's micro-batches, but "
                 f"optim.mini_batch_size={mini} / optim.micro_batch_size={micro} makes "
-                f"{mini // micro}; set optim.micro_batch_size={max(1, mini // learners)} "
-                "or fewer learners"
+                f"{mini // micro}; {_fewer_per_micro(mini, learners)}"
             )
         if learners > 1 and self.model.device != "cpu":
             raise UserError(
@@ -434,6 +433,13 @@ class TrainConfig(ConfigSection):
                 f"optim.micro_batch_size={micro} does not divide optim.mini_batch_size={mini}; "
                 f"e.g. optim.micro_batch_size={_divisor_below(mini, micro)}"
             )
+
+
+def _fewer_per_micro(mini: int, learners: int) -> str:
+    """The fix for too few micro-batches per learner: smaller ones, or fewer learners."""
+    if mini < learners:
+        return f"set trainer.learners={mini} or fewer"
+    return f"set optim.micro_batch_size={_divisor_below(mini, mini // learners)} or fewer learners"
 
 
 def _divisor_below(n: int, limit: int) -> int:

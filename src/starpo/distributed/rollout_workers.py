@@ -238,7 +238,7 @@ class RolloutPool:
         ray = import_ray()
         from starpo.envs.registry import spec
 
-        specs = list({s.id: s for s in (spec(env_id),)}.values())
+        specs = [spec(env_id)]  # a worker registers it: envs registered at run time included
         chunks = split_groups(len(seeds), self.num_workers)
         results: dict[int, list[Trajectory]] = {}
         attempts = dict.fromkeys(range(len(chunks)), 0)
