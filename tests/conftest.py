@@ -53,11 +53,12 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster():
-    """A local 2-CPU Ray instance for the tests that need one: started on first use, shut
-    down at the end of the session (even when tests fail). Trainers join it (and leave it
-    running) instead of starting their own."""
+    """A local 2-CPU Ray instance for a module's tests that need one: started on first
+    use, shut down after the module (even when tests fail), so no Ray processes outlive
+    the tests that use them. Trainers join it (and leave it running) instead of starting
+    their own."""
     ray = pytest.importorskip("ray")
     from starpo.distributed import connect
 

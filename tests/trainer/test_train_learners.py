@@ -108,7 +108,9 @@ def test_workers_and_learners_beyond_the_clusters_cpus_stop_with_one_line(
 
 
 def test_learners_need_a_micro_batch_each():
-    with pytest.raises(UserError, match=r"trainer.learners=4 .* makes 2; set trainer.learners=2 or"):
+    with pytest.raises(
+        UserError, match=r"trainer.learners=4 .* makes 2; set trainer.learners=2 or"
+    ):
         load_config(
             "cpu-tiny-smoke",
             ["trainer.learners=4", "optim.mini_batch_size=2", "optim.micro_batch_size=1"],

@@ -178,8 +178,10 @@ def test_view_main_serves_until_ctrl_c(run_dir):
     command = [
         sys.executable,
         "-c",
-        "import sys; from starpo.viewer import view_main; "
-        "sys.exit(view_main(sys.argv[1], True, 0))",
+        # A shell runs background jobs (`make test &`) with SIGINT ignored, and children
+        # inherit that: give the server the terminal's Ctrl-C back.
+        "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "from starpo.viewer import view_main; sys.exit(view_main(sys.argv[1], True, 0))",
         str(run_dir),
     ]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
