@@ -151,7 +151,7 @@ def test_train_overrides_may_stand_anywhere():
     argv = ["train", "a.b=1", "--quiet", "c=2", "--out", "r", "--config", "x", "d=3", "--resume"]
     args = parse_args(argv)
     assert args.overrides == ["a.b=1", "c=2", "d=3"]  # in the order given: later ones win
-    assert (args.quiet, args.resume, args.config, args.out) == (True, True, "x", "r")
+    assert (args.quiet, args.resume, args.config, args.out) == (True, "latest", "x", "r")
     for bad in (["train", "--out", "r", "a=1", "--quiet", "--nope"], ["envs", "a=1"]):
         with pytest.raises(SystemExit):
             parse_args(bad)

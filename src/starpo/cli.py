@@ -277,17 +277,56 @@ def _add_settings_flags(group: Any, defaults: dict[str, Any]) -> None:
         group.add_argument(_flag(f.name), default=default, help=help_text, **kind)
 
 
+def start_or_resume(out: Path, mode: str | None, overwrite: bool) -> tuple[bool, str | None]:
+    """Whether to resume, and a line to say why, for `starpo train --out OUT`.
+
+    `--resume`: resume (the trainer refuses when there is no checkpoint). `--resume auto`:
+    resume when a checkpoint exists, else start fresh (a job scheduler's restart loop).
+    Without either, a folder that holds a run is refused unless `--overwrite`, which
+    removes that run's outputs first (a fresh start never mixes with an older run's files).
+    """
+    from starpo.runs import RunFolder
+    from starpo.trainer.checkpoint import latest_checkpoint
+
+    folder = RunFolder(out)
+    if mode == "latest":
+        return True, None
+    if mode == "auto":
+        found = latest_checkpoint(out)
+        if found is not None:
+            return True, f"--resume auto: continuing from {found}"
+        said = f"--resume auto: no checkpoint in {folder.checkpoints}; starting fresh"
+        if folder.holds_run():
+            folder.clear()
+            said += " (the unfinished run's files were removed)"
+        return False, said
+    earlier = folder.holds_run()
+    if earlier and not overwrite:
+        raise UserError(
+            f"{out} already holds a run ({', '.join(earlier)}); continue it with --resume "
+            "(or --resume auto), or start over with --overwrite"
+        )
+    if earlier:
+        folder.clear()
+        return False, f"--overwrite: removed the earlier run's {', '.join(earlier)} in {out}"
+    return False, None
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from starpo.config import load_config
 
     out = Path(args.out)
+    mode = args.resume
     config_path = args.config  # a YAML path or a preset name (see starpo.config.presets)
-    if config_path is None and args.resume and (out / "config.yaml").is_file():
+    if config_path is None and mode and (out / "config.yaml").is_file():
         config_path = out / "config.yaml"  # resume with the config the run was saved with
-    cfg = load_config(config_path, args.overrides)
+    cfg = load_config(config_path, args.overrides)  # a bad config fails before files change
+    resume, said = start_or_resume(out, mode, args.overwrite)
+    if said:
+        print(said, file=sys.stderr)
     from starpo.trainer.loop import Trainer
 
-    trainer = Trainer(cfg, out, resume=args.resume, quiet=args.quiet)
+    trainer = Trainer(cfg, out, resume=resume, quiet=args.quiet)
     history = trainer.train()
     print(format_training_summary(cfg, history, out))
     return 0
@@ -383,7 +422,20 @@ def build_parser() -> argparse.ArgumentParser:
         "overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides (anywhere)"
     )
     p.add_argument("--out", required=True, help="run folder (metrics, checkpoints, final model)")
-    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const="latest",
+        choices=("latest", "auto"),
+        help="continue from the latest checkpoint (an error when there is none); "
+        "--resume auto: continue when one exists, else start fresh (for restart loops)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start fresh in a folder that holds a run: its metrics, trajectories, "
+        "checkpoints and final model are removed first",
+    )
     p.add_argument("--quiet", action="store_true", help="no per-step lines")
     p.set_defaults(func=cmd_train)
 
@@ -404,11 +456,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _bare_resume_flag(argv: list[str] | None) -> list[str]:
+    """`--resume` not followed by `auto` becomes `--resume=latest`: argparse would take a
+    KEY=VALUE override after it as the flag's optional value."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return [
+        "--resume=latest" if a == "--resume" and argv[i + 1 : i + 2] != ["auto"] else a
+        for i, a in enumerate(argv)
+    ]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The parsed command line. `train`'s KEY=VALUE overrides may stand anywhere, also
     after flags (argparse alone takes only the first run of them), in the order given."""
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parser.parse_known_args(_bare_resume_flag(argv))
     if extra and hasattr(args, "overrides") and not any(a.startswith("-") for a in extra):
         args.overrides += extra  # later runs of positionals come back as extras, in order
     elif extra:

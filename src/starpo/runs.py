@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,6 +149,35 @@ class RunFolder:
     @property
     def wandb_id(self) -> Path:
         return self.root / WANDB_ID_FILE
+
+    def outputs(self) -> list[Path]:
+        """What a training run writes here, besides its config: what a fresh start in this
+        folder must remove so that nothing of an older run mixes with the new one."""
+        return [
+            self.metrics,
+            self.alerts,
+            self.trajectories,
+            self.val_trajectories,
+            self.checkpoints,
+            self.healthy,
+            self.final,
+            self.tensorboard,
+            self.wandb_id,
+            self.root / REPORT_DIR,
+            self.root / VIEWER_FILE,
+        ]
+
+    def holds_run(self) -> list[str]:
+        """Names of the outputs of an earlier run found here ([] for a new folder)."""
+        return [path.name for path in self.outputs() if path.exists()]
+
+    def clear(self) -> None:
+        """Remove an earlier run's outputs (see `outputs`)."""
+        for path in self.outputs():
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
 
 
 # ---- writing -----------------------------------------------------------------------------

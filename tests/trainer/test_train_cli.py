@@ -50,6 +50,16 @@ def test_train_cli_runs_the_smoke_preset_and_resumes(tmp_path: Path, tiny_model_
     assert again.returncode == 0, again.stderr
     resumed = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert resumed == rows
+    # The same command again (a scheduler's restart) refuses the finished run's folder ...
+    refused = starpo(*args)
+    assert refused.returncode == 2 and "--overwrite" in refused.stderr
+    assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+    # ... and with --resume auto it continues from the checkpoint (nothing left to do).
+    again = starpo(*args, "--resume", "auto")
+    assert again.returncode == 0, again.stderr
+    assert "--resume auto: continuing from" in again.stderr and "step_000002" in again.stderr
+    resumed = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert resumed == rows
 
 
 @pytest.mark.parametrize(
