@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         run_dir = args.out / name
         cmd = starpo(
             "train", "--config", recipe_for(args.env).preset, "--out", str(run_dir), "--quiet",
+            "--resume", "auto",  # a rerun continues (or finishes) each variant's run
             f"model.name={model}", *overrides, *common,
         )  # fmt: skip
         print("$", " ".join(cmd[2:]), flush=True)
