@@ -41,17 +41,26 @@ def test_corrupt_middle_line_is_skipped_with_a_count(tmp_path):
     assert "skipped 2 unreadable line(s)" in read.warning()
 
 
-def test_invalid_utf8_is_skipped_with_a_count(tmp_path):
-    path = _write(tmp_path / "m.jsonl", b'{"step": 1}\n{"step": 2, "x": "\xff\xfe"}\n{"step": 3}\n')
-    read = read_jsonl(path)
-    assert [r["step"] for r in read.records] == [1, 3]
-    assert [(s.number, s.reason) for s in read.skipped] == [(2, "not valid UTF-8")]
+def test_bytes_that_are_not_utf8_are_replaced_and_counted_not_fatal(tmp_path):
+    path = _write(
+        tmp_path / "m.jsonl", b'{"step": 1}\n{"step": 2, "x": "a\xff\xfeb"}\n{"step": 3}\n'
+    )
+    read = load_jsonl(path)  # the strict reader too: bad bytes never stop a reader
+    assert [r["step"] for r in read.records] == [1, 2, 3] and not read.skipped
+    assert read.records[1]["x"] == "a\ufffd\ufffdb"
+    assert read.replaced == [2]
+    warning = read.warning()
+    assert "replaced bytes that are not UTF-8 with U+FFFD in 1 line(s) (first: line 2)" in warning
+    assert "\n" not in warning  # one warning line per file
 
 
 def test_load_jsonl_names_a_broken_inner_line_instead_of_a_traceback(tmp_path):
     path = _write(tmp_path / "metrics.jsonl", b'{"step": 1}\n\xff\n{"step": 3}\n')
-    with pytest.raises(UserError, match=r"metrics.jsonl:2 is not valid UTF-8"):
+    with pytest.raises(UserError, match=r"metrics.jsonl:2 is not valid JSON"):
         load_jsonl(path)
+    read = load_jsonl(path, skip_broken=True)  # the viewer and the report: skip and count
+    assert [r["step"] for r in read.records] == [1, 3]
+    assert "skipped 1 unreadable line(s) (first: line 2" in read.warning()
 
 
 def test_missing_file_blank_lines_and_line_separators(tmp_path):

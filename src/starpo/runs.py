@@ -16,12 +16,14 @@ An eval folder (`starpo eval --out DIR`) holds `trajectories.jsonl` and `summary
 Readers (viewer, report) write only `viewer.html` and `report/` beside them.
 
 Reading JSONL follows one rule, here and nowhere else. `read_jsonl` never raises for the
-content of a file: a line that is not valid UTF-8, not valid JSON or not a JSON object is
+content of a file: bytes that are not UTF-8 are replaced by U+FFFD (the line is kept and
+counted in `JsonlRead.replaced`), and a line that is not valid JSON or not a JSON object is
 skipped and listed in `JsonlRead.skipped`, so the caller can report a count instead of a
 traceback. `load_jsonl` is what the package's readers call: a torn last line (the writer
-was killed mid-line, the expected damage of a crash) stays a counted skip, while a broken
-line inside the file is a `UserError` naming file and line, because only corruption or a
-second writer produce one and plotting around it would hide that.
+was killed mid-line, the expected damage of a crash) stays a counted skip. A broken line
+inside the file is a `UserError` naming file and line for the readers that train or resume
+from it (only corruption or a second writer produce one); the viewer and the report, which
+only display a run, skip it with a warning and a count (`skip_broken`).
 
 Torch-free and stdlib-only: the viewer and the report import it.
 """
@@ -243,29 +245,42 @@ class JsonlRead:
     numbers: list[int] = field(default_factory=list)  # line number of each record
     skipped: list[SkippedLine] = field(default_factory=list)
     total: int = 0  # records, plus the non-blank lines past `limit` (never parsed)
+    replaced: list[int] = field(default_factory=list)  # records whose bad bytes became U+FFFD
 
     def warning(self) -> str | None:
-        """One line for the user about the skipped lines, or None when nothing was skipped."""
-        if not self.skipped:
-            return None
-        first = self.skipped[0]
-        if len(self.skipped) == 1 and first.torn:
-            return (
-                f"{self.path}: skipped a half-written last line "
-                f"(line {first.number}, {first.reason})"
+        """One line for the user about the file's skipped lines and replaced bytes, or None
+        when there were neither."""
+        parts = []
+        if self.skipped:
+            first = self.skipped[0]
+            if len(self.skipped) == 1 and first.torn:
+                parts.append(
+                    f"skipped a half-written last line (line {first.number}, {first.reason})"
+                )
+            else:
+                parts.append(
+                    f"skipped {len(self.skipped)} unreadable line(s) "
+                    f"(first: line {first.number}, {first.reason})"
+                )
+        if self.replaced:
+            parts.append(
+                f"replaced bytes that are not UTF-8 with U+FFFD in {len(self.replaced)} "
+                f"line(s) (first: line {self.replaced[0]})"
             )
-        return (
-            f"{self.path}: skipped {len(self.skipped)} unreadable line(s) "
-            f"(first: line {first.number}, {first.reason})"
-        )
+        return f"{self.path}: {'; '.join(parts)}" if parts else None
 
 
-def _parse(raw: bytes) -> dict[str, Any] | str:
-    """One line's JSON object, or the reason it is not one."""
+def _decode(raw: bytes) -> tuple[str, bool]:
+    """The line's text, and whether bytes that are not UTF-8 were replaced (by U+FFFD): a
+    stray byte in model text must not cost the reader the whole episode."""
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8"), False
     except UnicodeDecodeError:
-        return "not valid UTF-8"
+        return raw.decode("utf-8", errors="replace"), True
+
+
+def _parse(text: str) -> dict[str, Any] | str:
+    """One line's JSON object, or the reason it is not one."""
     try:
         record = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -292,7 +307,8 @@ def read_jsonl(path: Path, *, limit: int | None = None) -> JsonlRead:
             if limit is not None and len(result.records) >= limit:
                 result.total += 1
                 continue
-            parsed = _parse(raw)
+            text, replaced = _decode(raw)
+            parsed = _parse(text)
             if isinstance(parsed, str):
                 torn = not raw.endswith(b"\n")  # only the last line can lack it
                 result.skipped.append(SkippedLine(number, parsed, torn))
@@ -300,15 +316,19 @@ def read_jsonl(path: Path, *, limit: int | None = None) -> JsonlRead:
                 result.total += 1
                 result.records.append(parsed)
                 result.numbers.append(number)
+                if replaced:
+                    result.replaced.append(number)
     return result
 
 
-def load_jsonl(path: Path, *, limit: int | None = None) -> JsonlRead:
+def load_jsonl(path: Path, *, limit: int | None = None, skip_broken: bool = False) -> JsonlRead:
     """`read_jsonl`, then the package's rule: a torn last line stays a counted skip (see
-    `JsonlRead.warning`); a broken line inside the file is a UserError naming file:line.
+    `JsonlRead.warning`); a broken line inside the file is a UserError naming file:line,
+    unless `skip_broken` (readers that only display a run: a counted skip as well).
+    Bytes that are not UTF-8 never stop a reader: they are replaced and counted.
     """
     result = read_jsonl(path, limit=limit)
-    for line in result.skipped:
+    for line in [] if skip_broken else result.skipped:
         if not line.torn:
             raise UserError(
                 f"{result.path}:{line.number} is {line.reason}; fix or delete that line"

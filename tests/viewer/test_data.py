@@ -148,12 +148,16 @@ def test_missing_trajectories_is_a_one_line_user_error(tmp_path):
     assert str(tmp_path) in message and "trajectories" in message and "\n" not in message
 
 
-def test_missing_folder_and_bad_line_are_user_errors(tmp_path):
+def test_a_missing_folder_is_a_user_error_and_a_bad_line_a_counted_skip(run_dir, tmp_path):
     with pytest.raises(UserError):
         load_run(tmp_path / "nope")
-    (tmp_path / "trajectories.jsonl").write_text("not json\n")
-    with pytest.raises(UserError, match="trajectories.jsonl:1"):
-        load_run(tmp_path)
+    episode = sorted((run_dir / "trajectories").glob("*.jsonl"))[0].read_text().split("\n")[0]
+    folder = tmp_path / "eval"
+    folder.mkdir()
+    (folder / "trajectories.jsonl").write_text(f"not json\n{episode}\n")
+    loaded = load_run(folder)
+    assert [w for w in loaded["warnings"] if "trajectories.jsonl: skipped 1 unreadable" in w]
+    assert sum(len(source["episodes"]) for source in loaded["sources"]) == 1
 
 
 def test_build_viewer_default_and_explicit_out(run_dir, tmp_path):
@@ -236,11 +240,17 @@ def test_clean_folder_has_no_warnings(run_dir, capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_broken_inner_metrics_line_is_a_user_error_not_a_traceback(run_dir):
+def test_bad_bytes_in_run_files_are_replaced_and_the_page_still_builds(run_dir):
     with open(run_dir / "metrics.jsonl", "ab") as f:
         f.write(b'{"step": 21, "x": "\xff"}\n{"step": 22}\n')
-    with pytest.raises(UserError, match=r"metrics.jsonl:22 is not valid UTF-8"):
-        load_run(run_dir)
+    trajectories = sorted((run_dir / "trajectories").glob("*.jsonl"))[0]
+    first, rest = trajectories.read_bytes().split(b"\n", 1)
+    assert b'"play"' in first
+    trajectories.write_bytes(first.replace(b'"play"', b'"pl\xffay"', 1) + b"\n" + rest)
+    loaded = load_run(run_dir)  # used to die with a raw UnicodeDecodeError
+    replaced = [w for w in loaded["warnings"] if "replaced bytes that are not UTF-8" in w]
+    assert len(replaced) == 2  # one warning per file: metrics.jsonl and the trajectories
+    assert build_viewer(run_dir).is_file()
 
 
 def test_page_assets_are_package_files_hashed_in_the_csp():

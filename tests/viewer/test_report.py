@@ -186,12 +186,15 @@ def test_folder_without_metrics_is_a_one_line_user_error(tmp_path):
     assert "\n" not in message
 
 
-def test_broken_line_in_the_middle_is_a_user_error(tmp_path):
+def test_broken_line_in_the_middle_is_skipped_with_a_count(tmp_path, capsys):
     run = tmp_path / "broken"
     run.mkdir()
     (run / "metrics.jsonl").write_text('{"step": 1}\n{oops\n{"step": 3}\n', encoding="utf-8")
-    with pytest.raises(UserError, match="metrics.jsonl:2"):
-        write_report([run])
+    paths = write_report([run])
+    assert all(p.is_file() for p in paths)
+    err = capsys.readouterr().err
+    assert err.count("warning: ") == 1 and "metrics.jsonl: skipped 1 unreadable line(s)" in err
+    assert "first: line 2" in err
 
 
 def test_half_written_last_line_is_skipped_and_reported(tmp_path, capsys):
@@ -209,12 +212,16 @@ def test_half_written_last_line_is_skipped_and_reported(tmp_path, capsys):
     assert err.count("warning: ") == 2 and "metrics.jsonl" in err and "alerts.jsonl" in err
 
 
-def test_invalid_utf8_inside_metrics_is_a_user_error(tmp_path):
+def test_invalid_utf8_inside_metrics_is_replaced_and_reported_once(tmp_path, capsys):
     run = tmp_path / "bytes"
     run.mkdir()
-    (run / "metrics.jsonl").write_bytes(b'{"step": 1}\n{"step": 2, "x": "\xff"}\n{"step": 3}\n')
-    with pytest.raises(UserError, match="metrics.jsonl:2 is not valid UTF-8"):
-        write_report([run])
+    (run / "metrics.jsonl").write_bytes(
+        b'{"step": 1}\n{"step": 2, "x": "\xff"}\n{"step": 3, "y": "\xfe"}\n'
+    )
+    assert [p.name for p in write_report([run])][0] == "overview.png"
+    err = capsys.readouterr().err
+    assert err.count("warning: ") == 1
+    assert "replaced bytes that are not UTF-8 with U+FFFD in 2 line(s) (first: line 2)" in err
 
 
 def test_report_main_prints_paths(tmp_path, capsys):

@@ -147,7 +147,7 @@ def read_episodes(
 
 def _load(path: Path, warnings: list[str] | None, limit: int | None = None) -> runs.JsonlRead:
     """`runs.load_jsonl`, its warning (if any) appended to `warnings`."""
-    read = runs.load_jsonl(path, limit=limit)
+    read = runs.load_jsonl(path, limit=limit, skip_broken=True)
     message = read.warning()
     if message is not None and warnings is not None:
         warnings.append(message)
@@ -192,14 +192,16 @@ def default_metrics(names: list[str]) -> list[str]:
     return [n for n in names if n.endswith(KEY_SUFFIXES) or n in KEY_METRICS]
 
 
-def _read_summary(path: Path) -> Any:
-    """An eval folder's summary.json, or None when there is none."""
+def _read_summary(path: Path, warnings: list[str]) -> Any:
+    """An eval folder's summary.json, or None when there is none or it is corrupt (noted
+    in `warnings`: the episodes are still worth showing). Bad bytes are replaced."""
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:  # also invalid UTF-8 (UnicodeDecodeError is a ValueError)
-        raise UserError(f"{path}: not valid JSON ({exc})") from exc
+        return json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except ValueError as exc:
+        warnings.append(f"{path}: skipped, not valid JSON ({exc})")
+        return None
 
 
 def load_run(run_dir: Path, cap: int = MAX_EPISODES_PER_SOURCE) -> dict[str, Any]:
@@ -239,7 +241,7 @@ def load_run(run_dir: Path, cap: int = MAX_EPISODES_PER_SOURCE) -> dict[str, Any
             "metrics": metrics,
             "default_metrics": default_metrics(sorted(metrics)),
             "alerts": alerts,
-            "summary": _read_summary(run_dir / runs.SUMMARY_FILE),
+            "summary": _read_summary(run_dir / runs.SUMMARY_FILE, warnings),
             "warnings": warnings,
         }
     )

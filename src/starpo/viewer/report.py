@@ -93,7 +93,7 @@ def _read_records(path: Path, warnings: list[str]) -> list[dict]:
     last line is skipped and noted in `warnings`); a record without an integer 'step' is
     a UserError naming file and line.
     """
-    read = load_jsonl(path)
+    read = load_jsonl(path, skip_broken=True)
     if (message := read.warning()) is not None:
         warnings.append(message)
     for number, record in zip(read.numbers, read.records, strict=True):
