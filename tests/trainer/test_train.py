@@ -50,6 +50,12 @@ def test_training_raises_reward_and_changes_parameters(
     assert (tmp_path / "final" / "config.json").is_file()
     assert (tmp_path / "metrics.jsonl").is_file() and (tmp_path / "config.yaml").is_file()
     assert [m["step"] for m in read_metrics(tmp_path)] == [0, 1, 2, 3, 4, 5, 6]
+    # Saves at steps 2, 4 and 6 (save_every=2); each one's cost rides on the next step's line.
+    saved = [h for h in history if "perf/checkpoint_mb" in h]
+    assert [h["step"] for h in saved] == [3, 5]
+    on_disk = sum(p.stat().st_size for p in (tmp_path / "checkpoints").rglob("*") if p.is_file())
+    assert all(0 < h["perf/checkpoint_mb"] * 2**20 <= on_disk for h in saved)
+    assert all(h["perf/checkpoint_s"] >= 0 for h in saved)
 
 
 def _comparable(rows: list[dict]) -> list[dict]:

@@ -182,6 +182,11 @@ def _remove(folder: Path) -> None:
 # ---- finding and reading -----------------------------------------------------------------
 
 
+def checkpoint_bytes(folder: Path) -> int:
+    """Bytes on disk of one checkpoint folder."""
+    return sum(path.stat().st_size for path in Path(folder).rglob("*") if path.is_file())
+
+
 def _read_meta(folder: Path) -> dict | None:
     try:
         meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))

@@ -3,6 +3,7 @@ advantages, update, log; then validate, diagnose and checkpoint (`Trainer.train`
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from starpo.timing import Timer
 from starpo.trainer.batch import TrainBatch, build_batch
 from starpo.trainer.checkpoint import (
     capture_rng_state,
+    checkpoint_bytes,
     find_resume_point,
     latest_checkpoint,
     load_checkpoint,
@@ -120,6 +122,7 @@ class Trainer:
         self.local_engines = (self.train_engine, self.val_engine)
         self.pool: Any = None  # Ray rollout workers while `train` runs (rollout.workers > 0)
         self.learners: Any = None  # learners 1..N-1 while `train` runs (trainer.learners > 1)
+        self.save_cost: dict[str, float] = {}  # perf/checkpoint_{s,mb} of the latest save
         self.cluster: Any = None
         self.start_step = 0
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -183,6 +186,8 @@ class Trainer:
                     if self.cfg.trainer.val_every and self._due(step, self.cfg.trainer.val_every):
                         metrics.update(self.validate(step))
                 metrics.update(timer.metrics())
+                metrics.update(self.save_cost)  # the previous save's cost, once
+                self.save_cost = {}
                 verdict = self.guard.diagnose(step, metrics, self.skips)
                 history.append(self._log(step, metrics))
                 if self._due(step, self.cfg.trainer.save_every) or step == last:
@@ -420,9 +425,16 @@ class Trainer:
                 "consecutive_skips": self.skips.consecutive,
             },
         }
+        started = time.perf_counter()
         if healthy and self.cfg.trainer.on_collapse == "rollback":
             save_checkpoint(self.folder.healthy, step, state, keep=1)
-        return save_checkpoint(self.run_dir, step, state, keep=self.cfg.trainer.keep_checkpoints)
+        path = save_checkpoint(self.run_dir, step, state, keep=self.cfg.trainer.keep_checkpoints)
+        seconds, size_mb = time.perf_counter() - started, checkpoint_bytes(path) / 2**20
+        # Logged with the next step (this step's line is already written: a crash between
+        # the two must not leave a checkpoint whose step has no metrics line).
+        self.save_cost = {"perf/checkpoint_s": seconds, "perf/checkpoint_mb": size_mb}
+        self.say(f"checkpoint {path.name}: {size_mb:.1f} MB in {seconds:.1f} s")
+        return path
 
     def load_weights(self, state: dict[str, Any], schedules: bool = True) -> None:
         """Trainable weights and optimizer state (and the schedules) from a checkpoint."""
