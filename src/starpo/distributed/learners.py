@@ -136,14 +136,18 @@ class Learners:
         state = ray.put(optimizers.state_dict())
         models_ref = ray.put(models)
         self.replicas = [actor_class.remote(config, models_ref, state) for _ in range(world - 1)]
-        wait_started([r.ready.remote() for r in self.replicas], "the learners")
-        address = f"{host}:{free_port(host)}"
-        threads = max(1, torch.get_num_threads() // world)
-        joined = [r.join.remote(address, rank, world, threads) for rank, r in
-                  enumerate(self.replicas, start=1)]  # fmt: skip
-        self.sync = join_group(address, 0, world)  # blocks until every learner joined
-        ray.get(joined)
         self._pending: list[Any] = []
+        try:
+            wait_started([r.ready.remote() for r in self.replicas], "the learners")
+            address = f"{host}:{free_port(host)}"
+            threads = max(1, torch.get_num_threads() // world)
+            joined = [r.join.remote(address, rank, world, threads) for rank, r in
+                      enumerate(self.replicas, start=1)]  # fmt: skip
+            self.sync = join_group(address, 0, world)  # blocks until every learner joined
+            ray.get(joined)
+        except BaseException:
+            self.close()  # no actor of a failed start outlives it (a joined cluster keeps running)
+            raise
 
     def start_update(self, batch: Any, seed: int) -> None:
         """Send the prepared batch (one object-store copy) and start the replicas' update."""

@@ -150,7 +150,11 @@ class RolloutPool:
         # One CPU each, so Ray spreads workers over a cluster's nodes.
         self._actor_class = ray.remote(num_cpus=1)(RolloutWorker)
         self.workers = [self._start_worker() for _ in range(num_workers)]
-        wait_started([w.ready.remote() for w in self.workers], "the rollout workers")
+        try:
+            wait_started([w.ready.remote() for w in self.workers], "the rollout workers")
+        except BaseException:
+            self.close()  # no actor of a failed start outlives it
+            raise
         self._step_seed = 0
         self._model, self._version = model, 0
         self._weights: tuple[int, Any] | None = None  # (version, object ref) last put
