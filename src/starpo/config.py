@@ -83,6 +83,14 @@ class EnvConfig(ConfigSection):
     kwargs: dict[str, Any] = _f({}, "Env constructor arguments.", example={"size": 6})
     val_id: str | None = _f(None, "Validation env id; null = env.id.", example="bandit-rev")
     val_kwargs: dict[str, Any] | None = _f(None, "Validation env arguments; null = env.kwargs.")
+    max_error_share: float = _f(
+        0.25,
+        "Stop the run when more than this share of a step's episodes hit an env error "
+        "(raised or past rollout.env_timeout_s); below it, groups with an error are left "
+        "out of the update and counted in rollout/env_errors.",
+        ge=0.0,
+        le=1.0,
+    )
 
     def _check(self) -> None:
         if not self.id.strip():
@@ -157,6 +165,7 @@ class RolloutConfig(ConfigSection):
     format_penalty: float = _setting("format_penalty")
     format_reward: float = _setting("format_reward")
     stop_at_answer: bool = _setting("stop_at_answer")
+    env_timeout_s: float = _setting("env_timeout_s")
 
     def settings(self, *, temperature: float | None = None) -> RolloutSettings:
         """The per-episode settings of the rollout engine (another sampling temperature for

@@ -105,6 +105,9 @@ class Trajectory:
     success: bool = False
     done: bool = False  # the env ended the episode (vs. turn/action limits)
     final_state: str = ""  # the env observation after the last turn
+    # The env raised or hung (reset or step): the episode ended there, its group is left
+    # out of the update, and this says what happened ("step: ValueError: ...").
+    error: str | None = None
 
     @property
     def reward(self) -> float:

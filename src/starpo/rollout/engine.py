@@ -8,9 +8,11 @@ episode's KV cache, so a turn only encodes the new observation.
 from __future__ import annotations
 
 import operator
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
+from functools import partial
 from typing import Any
 
 from starpo.envs import TextEnv, make
@@ -69,6 +71,12 @@ class RolloutSettings:
     stop_at_answer: bool = _setting(
         True, "End a turn's generation at </answer> (the rest would be ignored)."
     )
+    env_timeout_s: float = _setting(
+        60.0,
+        "Seconds an env's reset or step may take; past it the episode ends as errored "
+        "(the env's thread is abandoned) and training goes on. 0 = no limit.",
+        ge=0.0,
+    )
 
     def __post_init__(self) -> None:
         check_settings({f.name: getattr(self, f.name) for f in fields(self)})
@@ -92,6 +100,40 @@ def check_settings(values: Mapping[str, Any], spell: Callable[[str], str] = str)
             continue
         need = " and ".join(f"{sign} {b}" for _, sign, b in bounds)
         raise UserError(f"{spell(f.name)} must be {need}, got {value}")
+
+
+class EnvFault(Exception):
+    """An env raised or hung; the message says where and what."""
+
+
+def call_env(where: str, call: Callable[[], Any], timeout_s: float) -> Any:
+    """`call()`, or EnvFault when it raises or runs past `timeout_s` (0 = no limit).
+
+    With a limit the call runs in a daemon thread: a hung env cannot be stopped in
+    Python, but its thread is abandoned and can never hang the trainer or block its exit.
+    """
+    if timeout_s <= 0:
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - a plugin env's bug becomes an errored episode
+            raise EnvFault(f"{where}: {type(exc).__name__}: {exc}") from exc
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - reported to the caller below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name=f"starpo-env-{where}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise EnvFault(f"{where}: no answer within env_timeout_s={timeout_s:g} s")
+    if "error" in outcome:
+        exc = outcome["error"]
+        raise EnvFault(f"{where}: {type(exc).__name__}: {exc}") from exc
+    return outcome["value"]
 
 
 @dataclass
@@ -159,7 +201,8 @@ class RolloutEngine:
                 on_turn(turn)
         self.backend.reset()
         for episode in episodes:
-            episode.trajectory.success = episode.env.is_success()
+            if episode.trajectory.error is None:  # an errored env is not asked again
+                episode.trajectory.success = episode.env.is_success()
             episode.trajectory.final_state = episode.state
         return [e.trajectory for e in episodes]
 
@@ -168,12 +211,19 @@ class RolloutEngine:
         self, env_id: str, seeds: list[int], group_size: int, env_kwargs: dict[str, Any]
     ) -> list[_Episode]:
         episodes = []
+        limit = self.settings.env_timeout_s
         for group, seed in enumerate(seeds):
             for _ in range(group_size):
                 env = make(env_id, **env_kwargs)
-                state, _ = env.reset(seed=seed)
                 trajectory = Trajectory(env_id=env_id, seed=seed, group=group)
-                episodes.append(_Episode(env, len(episodes), trajectory, state))
+                try:
+                    state, _ = call_env("reset", partial(env.reset, seed=seed), limit)
+                except EnvFault as fault:
+                    trajectory.error = str(fault)
+                    state = ""
+                episode = _Episode(env, len(episodes), trajectory, state)
+                episode.finished = trajectory.error is not None  # never played
+                episodes.append(episode)
         return episodes
 
     def _actions_left(self, episode: _Episode) -> int:
@@ -260,7 +310,13 @@ class RolloutEngine:
         for action in actions:
             if self._actions_left(episode) <= 0:
                 break  # budget spent: the remaining actions are not attempted
-            state, reward, terminated, truncated, info = episode.env.step(action)
+            try:
+                state, reward, terminated, truncated, info = call_env(
+                    "step", partial(episode.env.step, action), self.settings.env_timeout_s
+                )
+            except EnvFault as fault:
+                episode.trajectory.error = str(fault)
+                return True  # the episode ends here; its group is left out of the update
             episode.state = state
             turn.env_reward += reward
             if info["action_is_valid"]:

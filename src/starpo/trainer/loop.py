@@ -67,6 +67,27 @@ def group_rewards(trajectories: list[Trajectory]) -> list[list[float]]:
     return [groups[g] for g in sorted(groups)]
 
 
+def check_env_errors(trajectories: list[Trajectory], max_share: float, step: int) -> int:
+    """The number of episodes an env error ended; a UserError when their share passes
+    `max_share` or no group is left without one (nothing to train on)."""
+    errors = [t for t in trajectories if t.error is not None]
+    if not errors:
+        return 0
+    first = f"first: seed {errors[0].seed}, {errors[0].error}"
+    if len(errors) > max_share * len(trajectories):
+        raise UserError(
+            f"env errors ended {len(errors)} of {len(trajectories)} episodes at step {step}, "
+            f"above env.max_error_share={max_share:g} ({first}); fix the env, or raise "
+            "env.max_error_share to train on the groups without errors"
+        )
+    if {t.group for t in errors} == {t.group for t in trajectories}:
+        raise UserError(
+            f"every env group had an env error at step {step} ({first}); nothing left "
+            "to train on: fix the env"
+        )
+    return len(errors)
+
+
 class Trainer:
     """Builds models, engines, optimizers and sinks from a config; `train()` runs the loop."""
 
@@ -303,6 +324,9 @@ class Trainer:
         )
         generating = self.train_engine.generation_seconds - generating
         metrics = rollout_metrics(f"train/{cfg.env.id}", ModelEvalResult(trajectories, generating))
+        metrics["rollout/env_errors"] = check_env_errors(
+            trajectories, cfg.env.max_error_share, step
+        )
         metrics.update(echo_trap_metrics(trajectories, self.memory))
         self.memory.add(trajectories)
         if self.pool is not None:
@@ -313,12 +337,15 @@ class Trainer:
         """StarPO-S: keep the groups whose rewards vary most (all groups when off)."""
         cfg = self.cfg.filter
         ratio = cfg.ratio if cfg.enabled else 1.0
-        result = filter_groups(group_rewards(trajectories), ratio, cfg.mode)
+        errored = {t.group for t in trajectories if t.error is not None}
+        usable = [t for t in trajectories if t.group not in errored]  # see check_env_errors
+        result = filter_groups(group_rewards(usable), ratio, cfg.mode)
         metrics["rollout/in_group_std"] = result.std_all
         metrics["rollout/kept_in_group_std"] = result.std_kept
         metrics["rollout/zero_std_groups"] = result.zero_std_groups
-        kept = set(result.kept)
-        chosen = [t for t in trajectories if t.group in kept]
+        groups = sorted({t.group for t in usable})  # filter_groups counts in this order
+        kept = {groups[i] for i in result.kept}
+        chosen = [t for t in usable if t.group in kept]
         metrics["rollout/kept_trajectories"] = len(chosen)
         return chosen
 
