@@ -32,7 +32,7 @@ test-fast: $(STAMP)
 	$(BIN)/ruff check src tests bench experiments
 	$(BIN)/python -m pytest -q -m "not slow"
 
-# The crash-safety test with 10 SIGKILLed-and-resumed runs instead of make test's 2 (~4 min).
+# The crash-safety test with 10 SIGKILLed-and-resumed runs instead of make test's 2 (~2 min).
 test-crash: $(STAMP)
 	STARPO_CRASH_TRIALS=10 $(BIN)/python -m pytest -q tests/trainer/test_crash_safety.py
 
