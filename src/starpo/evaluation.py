@@ -115,6 +115,8 @@ def _turn_summary(
         "mean_response_tokens": mean([turn.response_tokens for turn in turns]),
         "mean_think_tokens": mean([turn.think_tokens for turn in turns]),
         "generated_tokens": generated,
+        # episodes an env error ended (raised or hung; see RolloutSettings.env_timeout_s)
+        "env_errors": sum(t.error is not None for t in trajectories),
     }
     if generation_seconds is not None:
         out["generation_tokens_per_s"] = ratio(generated, generation_seconds)
@@ -134,7 +136,8 @@ def summarise(
     optimal_success (mean optimal success probability; None without a solver). LLM
     trajectories add train_reward (with format penalties), format_ok (share of turns),
     num_turns, mean_response_tokens and mean_think_tokens (per turn), generated_tokens,
-    and with `generation_seconds` (time in the generation backend)
+    env_errors (episodes an env error ended), and with `generation_seconds` (time in the
+    generation backend)
     generation_tokens_per_s.
     """
     n = len(episodes)

@@ -62,6 +62,7 @@ def normalise_trajectory(traj: Trajectory) -> dict[str, Any]:
         "num_actions": traj.num_actions,
         "final_state": traj.final_state,
         "turns": [turn_from_trajectory(t) for t in traj.turns],
+        "error": traj.error,  # the env raised or hung: the episode ended there
     }
 
 

@@ -81,6 +81,7 @@
     if (ep.group !== null) add("ep-group", "group ", ep.group);
     add("ep-policy", "policy ", ep.policy);
     add("ep-outcome", "", ep.success ? "success" : "failure", ep.success ? "ok" : "bad");
+    if (ep.error) add("ep-error", "env error: ", ep.error, "bad");
     add("ep-reward", "reward ", fmt(ep.reward) + " (env " + fmt(ep.env_reward) + ")");
     add("turn-count", "turns ", ep.turns.length);
     add("ep-actions", "actions ", ep.num_actions);
