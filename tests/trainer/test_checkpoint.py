@@ -184,3 +184,45 @@ def test_find_resume_point_without_checkpoints(tmp_path):
     (tmp_path / "checkpoints").mkdir()
     with pytest.raises(UserError, match="without --resume"):
         find_resume_point(tmp_path)
+
+
+def test_an_unwritable_run_folder_is_one_line_before_any_model_loads(tmp_path, monkeypatch):
+    from starpo.config import load_config
+    from starpo.trainer.checkpoint import check_writable
+    from starpo.trainer.loop import Trainer
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(UserError, match=r"cannot write the run folder .*a-file/run"):
+        check_writable(blocker / "run")
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model was loaded before the folder was checked")
+
+    monkeypatch.setattr("starpo.models.load_model", no_loading)
+    with pytest.raises(UserError, match="choose another --out"):
+        Trainer(load_config("cpu-tiny-smoke", []), blocker / "run", quiet=True)
+
+
+def test_too_little_free_space_for_a_checkpoint_is_one_line(tmp_path):
+    from starpo.trainer.checkpoint import check_free_space
+
+    check_free_space(tmp_path, 1024)  # a KiB fits anywhere
+    with pytest.raises(UserError, match=r"needs about .* GiB, and the disk of .* GiB free"):
+        check_free_space(tmp_path, 10**18)
+
+
+def test_the_trainer_checks_room_for_a_checkpoint_before_its_first_step(
+    tmp_path, monkeypatch, bigram_model, make_bandit_config
+):
+    from collections import namedtuple
+
+    from starpo.trainer import checkpoint
+    from starpo.trainer.loop import Trainer
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda path: usage(10**6, 10**6, 1000))
+    model, tokenizer = bigram_model()
+    with pytest.raises(UserError, match=r"a checkpoint of this run needs about"):
+        Trainer(make_bandit_config("grpo"), tmp_path, quiet=True, model=model, tokenizer=tokenizer)
+    assert not (tmp_path / "metrics.jsonl").exists()  # no step ran

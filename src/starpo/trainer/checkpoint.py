@@ -182,6 +182,35 @@ def _remove(folder: Path) -> None:
 # ---- finding and reading -----------------------------------------------------------------
 
 
+def check_writable(run_dir: Path) -> None:
+    """A one-line UserError when `run_dir` cannot be created or written (checked before
+    any model loads, so a mistyped or read-only --out costs nothing)."""
+    run_dir = Path(run_dir)
+    probe = run_dir / f".starpo-write-probe-{os.getpid()}"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(
+            f"cannot write the run folder {run_dir} ({exc.strerror or exc}); choose another "
+            "--out or fix its permissions"
+        ) from exc
+
+
+def check_free_space(run_dir: Path, need_bytes: int) -> None:
+    """A one-line UserError when the disk of `run_dir` has less room than one checkpoint
+    needs (with a 10% margin). A save that still runs out of space fails before its rename,
+    so the previous checkpoint stays the one resume loads."""
+    free = shutil.disk_usage(run_dir).free
+    if free < need_bytes * 1.1:
+        raise UserError(
+            f"a checkpoint of this run needs about {need_bytes / 2**30:.2f} GiB, and the disk "
+            f"of {run_dir} has {free / 2**30:.2f} GiB free; free some space or choose "
+            "another --out"
+        )
+
+
 def checkpoint_bytes(folder: Path) -> int:
     """Bytes on disk of one checkpoint folder."""
     return sum(path.stat().st_size for path in Path(folder).rglob("*") if path.is_file())
