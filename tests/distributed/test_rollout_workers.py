@@ -70,6 +70,16 @@ def _pool(model, tokenizer, workers):
     )
 
 
+def _remote(model, tokenizer, workers, settings, seed):
+    """One run of the seeds' groups (2 episodes each) on a fresh pool, then the pool closes."""
+    pool = _pool(model, tokenizer, workers)
+    try:
+        pool.seed(seed)
+        return pool.engine(settings).run("sokoban", SEEDS, 2)
+    finally:
+        pool.close()
+
+
 def _same(a, b) -> bool:
     """Same episodes: tokens, groups and rewards exactly; log-probs to fp32 noise (a batch
     of other rows pads differently, which moves the last bits)."""
@@ -102,12 +112,7 @@ def test_a_local_instance_listens_on_loopback_without_a_dashboard():
 def test_greedy_trajectories_equal_in_process_ones_with_two_workers(cluster, policy):
     model, tokenizer = policy
     settings = RolloutSettings(max_turns=3, max_new_tokens=10, temperature=0.0, think=False)
-    pool = _pool(model, tokenizer, 2)
-    try:
-        pool.seed(7)
-        remote = pool.engine(settings).run("sokoban", SEEDS, 2)
-    finally:
-        pool.close()
+    remote = _remote(model, tokenizer, 2, settings, seed=7)
     local = _local(model, tokenizer, settings)
     assert [t.group for t in remote] == [0, 0, 1, 1, 2, 2]
     assert _same(remote, local)
@@ -116,12 +121,7 @@ def test_greedy_trajectories_equal_in_process_ones_with_two_workers(cluster, pol
 def test_one_worker_samples_exactly_as_the_in_process_engine(cluster, flat_policy):
     model, tokenizer = flat_policy
     settings = RolloutSettings(max_turns=2, max_new_tokens=10, temperature=1.0, think=False)
-    pool = _pool(model, tokenizer, 1)
-    try:
-        pool.seed(11)
-        remote = pool.engine(settings).run("sokoban", SEEDS, 2)
-    finally:
-        pool.close()
+    remote = _remote(model, tokenizer, 1, settings, seed=11)
     local = _local(model, tokenizer, settings, seed=11)
     assert _same(remote, local)
     assert len({tuple(t.token_ids) for t in local}) > 1  # sampling really varied

@@ -33,16 +33,19 @@ class StepFailsOnSomeSeeds(BanditEnv):
 register("bandit-failing", StepFailsOnSomeSeeds, overwrite=True)
 
 
+def _trainer(folder: Path, bigram_model, make_bandit_config, **extra: str) -> Trainer:
+    """One GRPO step of the bigram bandit on `bandit-failing` (validation on the bandit)."""
+    overrides = {"env.id": "bandit-failing", "env.val_id": "bandit", **extra}
+    model, tokenizer = bigram_model()
+    cfg = make_bandit_config("grpo", total_steps=1, **overrides)
+    return Trainer(cfg, folder, quiet=True, model=model, tokenizer=tokenizer)
+
+
 def test_a_group_with_an_env_error_is_left_out_and_training_goes_on(
     tmp_path: Path, bigram_model, make_bandit_config
 ):
-    cfg = make_bandit_config(
-        "grpo",
-        total_steps=1,
-        **{"env.id": "bandit-failing", "env.val_id": "bandit", "filter.enabled": "false"},
-    )
-    model, tokenizer = bigram_model()
-    history = Trainer(cfg, tmp_path, quiet=True, model=model, tokenizer=tokenizer).train()
+    extra = {"filter.enabled": "false"}
+    history = _trainer(tmp_path, bigram_model, make_bandit_config, **extra).train()
     step = history[-1]
     assert step["rollout/env_errors"] == 4  # seed 10001's group of 4 (of 16 episodes)
     assert step["rollout/kept_trajectories"] == 12  # the other 3 groups trained
@@ -52,12 +55,7 @@ def test_a_group_with_an_env_error_is_left_out_and_training_goes_on(
 def test_too_many_env_errors_stop_the_run_with_one_line(
     tmp_path: Path, bigram_model, make_bandit_config
 ):
-    cfg = make_bandit_config(
-        "grpo",
-        total_steps=1,
-        **{"env.id": "bandit-failing", "env.val_id": "bandit", "env.max_error_share": "0.1"},
-    )
-    model, tokenizer = bigram_model()
-    trainer = Trainer(cfg, tmp_path, quiet=True, model=model, tokenizer=tokenizer)
+    extra = {"env.max_error_share": "0.1"}
+    trainer = _trainer(tmp_path, bigram_model, make_bandit_config, **extra)
     with pytest.raises(UserError, match=r"env errors ended 4 of 16 episodes at step 1, above "):
         trainer.train()

@@ -24,9 +24,17 @@ def import_ray() -> ModuleType:
         import ray
     except ImportError as exc:
         raise UserError(
-            "rollout.workers > 0 needs Ray: pip install 'starpo[ray]' (or set rollout.workers=0)"
+            "rollout.workers > 0 and trainer.learners > 1 need Ray: pip install 'starpo[ray]' "
+            "(or set rollout.workers=0 and trainer.learners=1)"
         ) from exc
     return ray
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's first message line (its type name when it has no message): what a
+    one-line error quotes from Ray, gloo or a dead actor."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def local_init_kwargs(num_cpus: int | None, host: str, dashboard: bool) -> dict[str, Any]:
@@ -130,9 +138,8 @@ def connect(
     try:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(
-            f"ray.address={address}: cannot join a Ray cluster there ({first_line}); start "
+            f"ray.address={address}: cannot join a Ray cluster there ({first_line(exc)}); start "
             "one with `ray start --head`, or unset ray.address for a local instance"
         ) from exc
     return RayCluster(started_here=False, address=address)

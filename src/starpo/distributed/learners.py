@@ -116,10 +116,6 @@ class LearnerReplica:
         generator = torch.Generator().manual_seed(seed)
         ppo_update(batch, self.models, self.optimizers, self.cfg, generator, sync=self.sync)
 
-    def leave(self) -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
 
 class Learners:
     """The driver's handle on learners 1..N-1 and its own place (rank 0) in the group."""

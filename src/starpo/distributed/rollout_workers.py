@@ -26,7 +26,12 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from starpo.distributed.cluster import import_ray, require_free_cpus, wait_started
+from starpo.distributed.cluster import (
+    first_line,
+    import_ray,
+    require_free_cpus,
+    wait_started,
+)
 from starpo.errors import UserError
 from starpo.rollout.engine import RolloutSettings
 from starpo.types import Trajectory
@@ -95,8 +100,8 @@ class RolloutWorker:
         group_size: int,
         env_kwargs: dict[str, Any],
         seed: int,
-    ) -> tuple[list[Trajectory], float]:
-        """Play the chunk; its trajectories and the seconds spent generating."""
+    ) -> list[Trajectory]:
+        """Play the chunk (the pool times the parallel run itself, wall clock)."""
         from starpo.envs.registry import register
         from starpo.rollout.engine import RolloutEngine
 
@@ -106,9 +111,7 @@ class RolloutWorker:
             self.engines[settings] = RolloutEngine(self.backend, self.tokenizer, settings)
         engine = self.engines[settings]
         self.backend.seed(seed)
-        before = engine.generation_seconds
-        trajectories = engine.run(env_id, seeds, group_size, env_kwargs=env_kwargs)
-        return trajectories, engine.generation_seconds - before
+        return engine.run(env_id, seeds, group_size, env_kwargs=env_kwargs)
 
 
 @dataclass
@@ -219,8 +222,8 @@ class RolloutPool:
 
     def _replace_worker(self, index: int, error: Exception) -> None:
         ray = import_ray()
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        log.warning("rollout worker %d died (%s); starting a replacement", index, reason[:200])
+        reason = first_line(error)[:200]
+        log.warning("rollout worker %d died (%s); starting a replacement", index, reason)
         try:
             ray.kill(self.workers[index])
         except Exception:  # noqa: BLE001 - already gone is the expected case
@@ -266,7 +269,7 @@ class RolloutPool:
             pending = []
             for chunk, future in futures.items():
                 try:
-                    trajectories, _ = ray.get(future)
+                    trajectories = ray.get(future)
                 except ray.exceptions.RayActorError as exc:
                     attempts[chunk] += 1
                     if attempts[chunk] >= MAX_CHUNK_ATTEMPTS:

@@ -106,6 +106,14 @@ class EnvFault(Exception):
     """An env raised or hung; the message says where and what."""
 
 
+def _attempt(call: Callable[[], Any]) -> dict[str, Any]:
+    """{"value": call()}, or {"error": the exception it raised}."""
+    try:
+        return {"value": call()}
+    except Exception as exc:  # noqa: BLE001 - a plugin env's bug becomes an errored episode
+        return {"error": exc}
+
+
 def call_env(where: str, call: Callable[[], Any], timeout_s: float) -> Any:
     """`call()`, or EnvFault when it raises or runs past `timeout_s` (0 = no limit).
 
@@ -113,23 +121,16 @@ def call_env(where: str, call: Callable[[], Any], timeout_s: float) -> Any:
     Python, but its thread is abandoned and can never hang the trainer or block its exit.
     """
     if timeout_s <= 0:
-        try:
-            return call()
-        except Exception as exc:  # noqa: BLE001 - a plugin env's bug becomes an errored episode
-            raise EnvFault(f"{where}: {type(exc).__name__}: {exc}") from exc
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["value"] = call()
-        except BaseException as exc:  # noqa: BLE001 - reported to the caller below
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run, name=f"starpo-env-{where}", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise EnvFault(f"{where}: no answer within env_timeout_s={timeout_s:g} s")
+        outcome = _attempt(call)
+    else:
+        outcome = {}
+        thread = threading.Thread(
+            target=lambda: outcome.update(_attempt(call)), name=f"starpo-env-{where}", daemon=True
+        )
+        thread.start()
+        thread.join(timeout_s)
+        if thread.is_alive():
+            raise EnvFault(f"{where}: no answer within env_timeout_s={timeout_s:g} s")
     if "error" in outcome:
         exc = outcome["error"]
         raise EnvFault(f"{where}: {type(exc).__name__}: {exc}") from exc

@@ -40,6 +40,7 @@ from starpo.trainer.models import (
     build_models,
     export_policy,
     load_trainable_state,
+    trainable_parameters,
     trainable_state,
 )
 from starpo.trainer.optim import Optimizers, build_optimizers
@@ -383,7 +384,7 @@ class Trainer:
         self, step: int, batch: TrainBatch, generator: torch.Generator, seed: int
     ) -> dict[str, float]:
         """The update on every learner at once; a lost learner stops the run."""
-        from starpo.distributed.cluster import import_ray
+        from starpo.distributed.cluster import first_line, import_ray
 
         ray = import_ray()
         try:
@@ -394,7 +395,7 @@ class Trainer:
             )  # fmt: skip
             self.learners.finish_update()
         except (RuntimeError, ray.exceptions.RayError) as exc:
-            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            reason = first_line(exc)[:200]
             saved = latest_checkpoint(self.run_dir)
             last = saved.name if saved is not None else "none yet: it starts over"
             raise UserError(
@@ -439,8 +440,7 @@ class Trainer:
         """Bytes of one checkpoint: fp32 trainable weights of actor and critic, plus AdamW's
         two moments for each (the measured save of the 135M model was within 1% of it)."""
         modules = [m for m in (self.models.actor, self.models.critic) if m is not None]
-        trainable = sum(p.numel() for m in modules for p in m.parameters() if p.requires_grad)
-        return trainable * 4 * 3
+        return 4 * 3 * sum(p.numel() for m in modules for p in trainable_parameters(m))
 
     def save(self, step: int, healthy: bool = True) -> Path:
         """A checkpoint in `checkpoints/`; with `on_collapse=rollback`, a healthy step is also

@@ -314,7 +314,7 @@ def accumulate_gradients(
         loss.backward()
         parts.append((index, float(micro.loss_mask.sum()), metrics))
     if sync is not None:
-        sync.sum_gradients([*trainable_parameters(models.actor), *_critic_parameters(models)])
+        sync.sum_gradients(_trained_parameters(models))
         if on_policy:  # each row was filled by exactly one learner, zeros elsewhere
             sync.sum_(mini.old_logprobs)
         finite = sync.all_true(finite)
@@ -322,8 +322,10 @@ def accumulate_gradients(
     return _merge([(weight, metrics) for _, weight, metrics in parts]), finite
 
 
-def _critic_parameters(models: TrainModels) -> list[torch.nn.Parameter]:
-    return trainable_parameters(models.critic) if models.critic is not None else []
+def _trained_parameters(models: TrainModels) -> list[torch.nn.Parameter]:
+    """Every parameter an update changes: the actor's and the critic's (when there is one)."""
+    modules = [m for m in (models.actor, models.critic) if m is not None]
+    return [p for m in modules for p in trainable_parameters(m)]
 
 
 def _grad_norm(models: TrainModels, clip: float) -> dict[str, float]:
