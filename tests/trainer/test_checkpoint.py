@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 
@@ -104,6 +105,22 @@ def test_save_load_round_trip_continues_training_identically(tmp_path):
     _train_step(clone, clone_optimizer)
     for a, b in zip(model.parameters(), clone.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_the_recorded_hash_is_the_written_files(tmp_path):
+    """The SHA-256 is computed from the bytes as torch.save writes them (no re-read); it
+    must equal the file's, for tensors of several sizes and plain objects."""
+    state = {
+        "big": torch.randn(300_000),
+        "small": [torch.arange(3), torch.zeros(0)],
+        "rng": capture_rng_state(),
+        "text": "ü" * 1000,
+    }
+    folder = save_checkpoint(tmp_path, 4, state, keep=1)
+    meta = json.loads((folder / "meta.json").read_text())
+    on_disk = hashlib.sha256((folder / "state.pt").read_bytes()).hexdigest()
+    assert meta["sha256"] == {"state.pt": on_disk}
+    assert torch.equal(load_checkpoint(folder)["big"], state["big"])
 
 
 def _steps(run_dir) -> list[str]:

@@ -92,19 +92,40 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+class _HashingWriter:
+    """A write-only file that hashes the bytes passing through it.
+
+    `torch.save` writes its zip archive front to back through `write` (it never seeks:
+    this object has no `seek`, so a torch that tried would fail the save, not record a
+    wrong hash), so the digest is the file's, without reading the file back.
+    """
+
+    def __init__(self, file: Any) -> None:
+        self.file, self.digest = file, hashlib.sha256()
+
+    def write(self, data: Any) -> int:
+        self.digest.update(data)
+        return self.file.write(data)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
 def _write_folder(folder: Path, step: int, state: dict[str, Any]) -> None:
-    """state.pt, then meta.json describing it; both fsynced before the folder is renamed."""
+    """state.pt (hashed as it is written), then meta.json describing it; both fsynced
+    before the folder is renamed."""
     folder.mkdir(parents=True)
     state_path = folder / STATE_FILE
     with open(state_path, "wb") as file:
-        torch.save(state, file)
+        writer = _HashingWriter(file)
+        torch.save(state, writer)
         file.flush()
         os.fsync(file.fileno())
     meta = {
         "step": step,
         "format": FORMAT,
         "files": {STATE_FILE: state_path.stat().st_size},
-        "sha256": {STATE_FILE: _sha256(state_path)},
+        "sha256": {STATE_FILE: writer.digest.hexdigest()},
     }
     with open(folder / META_FILE, "w", encoding="utf-8") as file:
         json.dump(meta, file, indent=1)
