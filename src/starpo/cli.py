@@ -321,6 +321,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     if config_path is None and mode and (out / "config.yaml").is_file():
         config_path = out / "config.yaml"  # resume with the config the run was saved with
     cfg = load_config(config_path, args.overrides)  # a bad config fails before files change
+    if cfg.trainer.memory_check:
+        from starpo.planning import check_fits
+
+        check_fits(cfg)  # before any file changes or any model loads
     resume, said = start_or_resume(out, mode, args.overwrite)
     if said:
         print(said, file=sys.stderr)
@@ -329,6 +333,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     trainer = Trainer(cfg, out, resume=resume, quiet=args.quiet)
     history = trainer.train()
     print(format_training_summary(cfg, history, out))
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from starpo.config import load_config
+    from starpo.planning import format_plan, machine_memory, plan_config
+
+    cfg = load_config(args.config, args.overrides)
+    print(format_plan(plan_config(cfg), machine_memory()))
     return 0
 
 
@@ -438,6 +451,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--quiet", action="store_true", help="no per-step lines")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser(
+        "plan",
+        help="estimate a training config's peak memory before loading any model",
+        description="Estimate the peak memory of `starpo train` with this config, part by "
+        "part (weights, optimizer, activations, KV cache), against this machine's memory. "
+        "Reads only the model's config.json and tokenizer.",
+    )
+    p.add_argument("--config", help="YAML file or preset, as for starpo train")
+    p.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides (anywhere)"
+    )
+    p.set_defaults(func=cmd_plan)
 
     from starpo.sft.command import add_sft_parser
 

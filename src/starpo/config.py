@@ -317,6 +317,11 @@ class TrainerConfig(ConfigSection):
     val_group_size: int = _f(1, "Validation episodes per seed (pass@k up to this).", ge=1)
     val_before_train: bool = _f(True, "Validate once before the first step.")
     val_batch_size: int = _f(64, "Validation episodes generated together (memory).", ge=1)
+    memory_check: bool = _f(
+        True,
+        "starpo train refuses a config whose estimated peak memory (starpo plan) exceeds "
+        "the machine's; false skips the check.",
+    )
     save_every: int = _f(10, "Checkpoint every N steps; 0 = only at the end.", ge=0)
     keep_checkpoints: int = _f(2, "Newest checkpoints kept on disk.", ge=1)
     log_trajectories: int = _f(8, "Trajectories per step written as JSONL samples.", ge=0)

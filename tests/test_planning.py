@@ -1,0 +1,211 @@
+"""`starpo plan`: each part of the memory estimate checked against what the code holds."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from starpo import cli, planning
+from starpo.config import load_config
+from starpo.planning import (
+    EpisodeShape,
+    activation_bytes_per_token,
+    episode_shape,
+    fitting_setting,
+    kv_cache_bytes,
+    model_shape,
+    plan_memory,
+)
+
+
+def _saved_bytes(model, tokens: int, autocast: bool) -> int:
+    """Bytes of the distinct storages autograd saves for backward in one forward."""
+    storages: dict[int, int] = {}
+
+    def keep(t):
+        storage = t.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    ids = torch.randint(
+        0, model.config.vocab_size, (1, tokens), generator=torch.Generator().manual_seed(0)
+    )
+    mode = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else torch.enable_grad()
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t), mode:
+        model.model(input_ids=ids)
+    return sum(storages.values())
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_activation_bytes_per_token_match_what_autograd_saves(autocast):
+    """A layer shape the constants were not fitted on (5 heads, 1 kv head, MLP 448)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        hidden_size=160,
+        intermediate_size=448,
+        num_attention_heads=5,
+        num_key_value_heads=1,
+        num_hidden_layers=3,
+        vocab_size=512,
+    )
+    model = LlamaForCausalLM(config)
+    per_token = (_saved_bytes(model, 96, autocast) - _saved_bytes(model, 32, autocast)) / 64
+    shape = planning.ModelShape(
+        params=0, layers=3, hidden=160, intermediate=448, heads=5, kv_dim=32, vocab=512
+    )
+    estimate = activation_bytes_per_token(shape, autocast, checkpointed=False)
+    assert estimate == pytest.approx(per_token, rel=0.03)
+
+
+def test_model_shape_counts_the_parameters_without_loading_weights(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    shape = model_shape(str(tiny_model_dir))
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert shape.params == sum(p.numel() for p in model.parameters())
+    assert (shape.layers, shape.hidden, shape.kv_dim) == (2, 64, 32)
+    assert shape.vocab == model.config.vocab_size
+
+
+def test_kv_cache_and_episode_length_match_a_lean_rollout(tiny_model_dir, monkeypatch):
+    """A random policy never answers well, so every Sokoban episode runs all its turns at
+    max_new_tokens: the worst case the estimate describes, reached."""
+    from starpo.models import load_model
+    from starpo.rollout import RolloutEngine
+    from starpo.rollout.lean_backend import KVStore, build_lean_backend
+
+    cfg = load_config(
+        "cpu-tiny-smoke",
+        [
+            f"model.name={tiny_model_dir}",
+            "env.id=sokoban",
+            "rollout.max_turns=3",
+            "rollout.max_actions_per_traj=3",
+            "rollout.max_new_tokens=8",
+            "rollout.group_size=3",
+            "rollout.stop_at_answer=false",
+            "optim.mini_batch_size=3",
+        ],
+    )
+    model, tokenizer = load_model(cfg.model.name)
+    peak = {"bytes": 0}
+    ensure = KVStore.ensure
+
+    def recording_ensure(store, columns):
+        ensure(store, columns)
+        held = sum(t.nbytes for t in (*store.keys, *store.values))
+        peak["bytes"] = max(peak["bytes"], held)
+
+    monkeypatch.setattr(KVStore, "ensure", recording_ensure)
+    engine = RolloutEngine(build_lean_backend(model, tokenizer), tokenizer, cfg.rollout.settings())
+    trajectories = engine.run("sokoban", [0, 1], 3)
+
+    episode = episode_shape(cfg, tokenizer, "sokoban", {})
+    longest = max(len(t.token_ids) for t in trajectories)
+    assert all(len(t.turns) == 3 for t in trajectories)
+    assert longest <= episode.max_length
+    assert longest >= 0.95 * episode.max_length
+    shape = model_shape(str(tiny_model_dir))
+    assert kv_cache_bytes(shape, 6, episode, 4) == pytest.approx(peak["bytes"], rel=0.1)
+
+
+def _plan(tiny_model_dir, *overrides):
+    cfg = load_config("cpu-tiny-smoke", [f"model.name={tiny_model_dir}", *overrides])
+    return cfg, planning.plan_config(cfg)
+
+
+def test_the_plan_follows_the_config(tiny_model_dir):
+    _, gae = _plan(tiny_model_dir)
+    _, grpo = _plan(tiny_model_dir, "algorithm.adv_estimator=grpo")
+    _, kl = _plan(tiny_model_dir, "algorithm.adv_estimator=grpo", "algorithm.kl_coef=0.01")
+    assert "critic weights" in gae.plan.held and "critic weights" not in grpo.plan.held
+    assert "reference policy" in kl.plan.held and "reference policy" not in grpo.plan.held
+    assert grpo.plan.peak < gae.plan.peak < gae.plan.peak + kl.plan.held["reference policy"]
+    _, ckpt = _plan(tiny_model_dir, "model.gradient_checkpointing=true")
+    assert sum(ckpt.plan.update.values()) < sum(gae.plan.update.values())
+
+
+def test_a_setting_that_fits_lowers_the_micro_batch_first(tiny_model_dir):
+    cfg, planned = _plan(
+        tiny_model_dir,
+        "optim.mini_batch_size=2",
+        "optim.micro_batch_size=2",
+        "rollout.max_new_tokens=64",
+    )
+    _, smaller = _plan(
+        tiny_model_dir,
+        "optim.mini_batch_size=2",
+        "optim.micro_batch_size=1",
+        "rollout.max_new_tokens=64",
+    )
+    assert smaller.plan.peak < planned.plan.peak
+    found = fitting_setting(cfg, planned.shape, planned.train, planned.val, smaller.plan.peak)
+    assert found is not None
+    overrides, plan = found
+    assert overrides == {"optim.micro_batch_size": 1}
+    assert plan.peak == smaller.plan.peak
+    assert fitting_setting(cfg, planned.shape, planned.train, planned.val, 10**6) is None
+
+
+def test_train_refuses_a_config_over_the_machines_memory(
+    tiny_model_dir, tmp_path, monkeypatch, capsys
+):
+    from starpo.trainer import loop
+
+    class NoModelLoads:
+        def __init__(self, *args, **kwargs):
+            raise AssertionError("the trainer was built")
+
+    monkeypatch.setattr(loop, "Trainer", NoModelLoads)
+    monkeypatch.setattr(planning, "machine_memory", lambda: 2**20)  # 1 MiB
+    out = tmp_path / "run"
+    argv = [
+        "train",
+        "--config",
+        "cpu-tiny-smoke",
+        f"model.name={tiny_model_dir}",
+        "--out",
+        str(out),
+    ]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "estimated peak memory" in err and "trainer.memory_check=false" in err
+    assert not out.exists()  # refused before any file was written
+    with pytest.raises(AssertionError, match="trainer was built"):
+        cli.main([*argv, "trainer.memory_check=false"])
+
+
+def test_plan_command_prints_the_parts_and_the_verdict(tiny_model_dir, monkeypatch, capsys):
+    assert cli.main(["plan", "--config", "cpu-tiny-smoke", f"model.name={tiny_model_dir}"]) == 0
+    out = capsys.readouterr().out
+    assert "policy weights (fp32 master)" in out and "KV cache" in out and "peak" in out
+    assert out.strip().endswith("fits")
+    monkeypatch.setattr(planning, "machine_memory", lambda: 2**20)
+    cli.main(["plan", "--config", "cpu-tiny-smoke", f"model.name={tiny_model_dir}"])
+    assert "does not fit:" in capsys.readouterr().out
+
+
+def test_worst_case_episode_length_adds_turns_and_responses():
+    episode = EpisodeShape(prompt_tokens=100, turn_tokens=40, response_tokens=10, max_turns=3)
+    assert episode.max_length == 100 + 3 * 10 + 2 * 40
+    assert episode.max_response_tokens == 30
+
+
+def test_plan_memory_counts_adam_for_trainable_parameters_only(tiny_model_dir):
+    cfg, planned = _plan(tiny_model_dir, "algorithm.adv_estimator=grpo")
+    lora_cfg = load_config(
+        "cpu-tiny-smoke",
+        [
+            f"model.name={tiny_model_dir}",
+            "algorithm.adv_estimator=grpo",
+            "model.lora.enabled=true",
+            "model.lora.rank=4",
+        ],
+    )
+    shape = model_shape(str(tiny_model_dir), lora_cfg.model.lora)
+    assert 0 < shape.lora_params < shape.params / 4
+    lora = plan_memory(lora_cfg, shape, planned.train, planned.val)
+    assert lora.held["AdamW moments (from step 1)"] == 8 * shape.lora_params
+    assert planned.plan.held["AdamW moments (from step 1)"] == 8 * shape.params
