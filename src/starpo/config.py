@@ -324,6 +324,19 @@ class TrainerConfig(ConfigSection):
     )
     save_every: int = _f(10, "Checkpoint every N steps; 0 = only at the end.", ge=0)
     keep_checkpoints: int = _f(2, "Newest checkpoints kept on disk.", ge=1)
+    checkpoint_contents: str = _f(
+        "full",
+        "What a checkpoint holds: full = trainable weights, AdamW moments, schedules, RNG "
+        "(resume repeats an unbroken run exactly); weights = the same without AdamW moments "
+        "(1/3 the size; a resume restarts the moments, so it is not exact).",
+        choices=("full", "weights"),
+    )
+    checkpoint_async: bool = _f(
+        False,
+        "Write checkpoints in a background thread: the step waits only for a copy of the "
+        "state (and for the previous write). The copy doubles the checkpoint's host memory "
+        "while it is written; resume stays exact.",
+    )
     log_trajectories: int = _f(8, "Trajectories per step written as JSONL samples.", ge=0)
     tensorboard: bool = _f(True, "Write TensorBoard event files.")
     wandb: bool = _f(False, "Log to Weights & Biases.")

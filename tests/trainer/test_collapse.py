@@ -74,8 +74,9 @@ def test_on_collapse_stop(tmp_path, bigram_model, make_bandit_config):
     assert (tmp_path / "checkpoints" / f"step_{last_step:06d}").is_dir()
 
 
-@pytest.mark.parametrize("save_every", ["2"])
-def test_on_collapse_rollback(tmp_path, bigram_model, make_bandit_config, save_every):
+@pytest.mark.parametrize("checkpoint_async", ["false", "true"], ids=["sync", "async"])
+def test_on_collapse_rollback(tmp_path, bigram_model, make_bandit_config, checkpoint_async):
+    """With async checkpoints the rollback waits for the healthy/ copy in flight."""
     model, tokenizer = bigram_model()
     model.requires_grad_(True)
     overrides = {
@@ -84,7 +85,8 @@ def test_on_collapse_rollback(tmp_path, bigram_model, make_bandit_config, save_e
         "trainer.val_before_train": "false",
         "trainer.val_seeds": "4",
         "trainer.on_collapse": "rollback",
-        "trainer.save_every": save_every,
+        "trainer.save_every": "2",
+        "trainer.checkpoint_async": checkpoint_async,
     }
     cfg = make_bandit_config("grpo", total_steps=14, **overrides)
     trainer = Trainer(cfg, tmp_path, quiet=True, model=model, tokenizer=tokenizer)

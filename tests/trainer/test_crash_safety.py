@@ -30,11 +30,12 @@ STEPS = 4
 RUN_TIMEOUT_S = 300
 
 
-def _command(model_dir: Path, out: Path) -> list[str]:
+def _command(model_dir: Path, out: Path, checkpoint_async: bool = False) -> list[str]:
     return [
         sys.executable, "-m", "starpo", "train", "--config", "cpu-tiny-smoke",
         f"model.name={model_dir}", f"trainer.total_steps={STEPS}", "trainer.save_every=1",
         "trainer.keep_checkpoints=2", "trainer.val_every=2", "trainer.tensorboard=false",
+        f"trainer.checkpoint_async={str(checkpoint_async).lower()}",
         "--out", str(out), "--quiet", "--resume", "auto",
     ]  # fmt: skip
 
@@ -72,9 +73,12 @@ def _metrics(out: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith(("timing_s/", "perf/"))} for r in rows]
 
 
+@pytest.mark.parametrize("checkpoint_async", [False, True], ids=["sync", "async"])
 def test_runs_killed_at_random_moments_resume_to_the_unbroken_result(
-    tmp_path: Path, tiny_model_dir: Path
+    tmp_path: Path, tiny_model_dir: Path, checkpoint_async: bool
 ):
+    """With trainer.checkpoint_async a kill may also land while a background write is in
+    flight; the unbroken run it must equal is a synchronous one."""
     straight = tmp_path / "straight"
     unbroken_s = _run(_command(tiny_model_dir, straight))
     expected = _metrics(straight)
@@ -83,7 +87,7 @@ def test_runs_killed_at_random_moments_resume_to_the_unbroken_result(
     chooser = random.Random(1234)
     for trial in range(TRIALS):
         out = tmp_path / f"trial-{trial}"
-        command = _command(tiny_model_dir, out)
+        command = _command(tiny_model_dir, out, checkpoint_async)
         if trial == 0:  # surely mid-training: after the first logged step
             kill_at = chooser.uniform(0.0, 1.0)
             assert _run_and_kill(command, kill_at, out, after_steps=1), "finished before the kill"

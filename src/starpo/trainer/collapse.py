@@ -87,6 +87,7 @@ class CollapseGuard:
     def _rollback(self, step: int, trainer: Trainer) -> bool:
         """Restore the last healthy checkpoint and continue more conservatively: half the
         learning rates, and uncertainty filtering on. False when there is nothing to restore."""
+        trainer.wait_for_checkpoint()  # a healthy/ copy may still be written in the background
         healthy = latest_checkpoint(self.folder.healthy)
         if healthy is None:
             self.say(f"collapse at step {step} and no healthy checkpoint yet: stopping")

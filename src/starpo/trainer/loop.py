@@ -3,7 +3,6 @@ advantages, update, log; then validate, diagnose and checkpoint (`Trainer.train`
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ from starpo.config import TrainConfig, config_to_dict, save_config
 from starpo.diagnostics import ResponseMemory, echo_trap_metrics
 from starpo.envs import make
 from starpo.errors import UserError
-from starpo.logs import console_logger
+from starpo.logs import console_logger, warn
 from starpo.memory import return_large_frees_to_os
 from starpo.models.precision import precision_for, rollout_dtype
 from starpo.registry import GENERATION_BACKENDS
@@ -27,12 +26,10 @@ from starpo.trainer.checkpoint import (
     capture_rng_state,
     check_free_space,
     check_writable,
-    checkpoint_bytes,
     find_resume_point,
     latest_checkpoint,
     load_checkpoint,
     restore_rng_state,
-    save_checkpoint,
 )
 from starpo.trainer.collapse import CollapseGuard
 from starpo.trainer.models import (
@@ -44,6 +41,7 @@ from starpo.trainer.models import (
     trainable_state,
 )
 from starpo.trainer.optim import Optimizers, build_optimizers
+from starpo.trainer.saver import OPTIMIZER_KEYS, CheckpointSaver, Target
 from starpo.trainer.sinks import RunLogger, format_step_line
 from starpo.trainer.update import SkipCounter, ppo_update, prepare
 from starpo.types import Trajectory
@@ -148,7 +146,7 @@ class Trainer:
         self.local_engines = (self.train_engine, self.val_engine)
         self.pool: Any = None  # Ray rollout workers while `train` runs (rollout.workers > 0)
         self.learners: Any = None  # learners 1..N-1 while `train` runs (trainer.learners > 1)
-        self.save_cost: dict[str, float] = {}  # perf/checkpoint_{s,mb} of the latest save
+        self.saver = CheckpointSaver(cfg.trainer.checkpoint_async, self.say)
         self.cluster: Any = None
         self.start_step = 0
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -212,17 +210,18 @@ class Trainer:
                     if self.cfg.trainer.val_every and self._due(step, self.cfg.trainer.val_every):
                         metrics.update(self.validate(step))
                 metrics.update(timer.metrics())
-                metrics.update(self.save_cost)  # the previous save's cost, once
-                self.save_cost = {}
+                metrics.update(self.saver.take_cost())  # the previous save's cost, once
                 verdict = self.guard.diagnose(step, metrics, self.skips)
                 history.append(self._log(step, metrics))
                 if self._due(step, self.cfg.trainer.save_every) or step == last:
                     self.save(step, healthy=verdict.state == "healthy")
                 if verdict.state == "collapse" and self.guard.respond(step, self):
                     break
+            self.wait_for_checkpoint()  # a background write's error stops the run here
             if last == total:
                 self.export_final()
         finally:
+            self.saver.close()  # on an error, still let the write in flight finish
             self.stop_workers()
             self.logger.close()
         return history
@@ -438,16 +437,21 @@ class Trainer:
     # ----------------------------------------------------------------- checkpoints
     def checkpoint_estimate(self) -> int:
         """Bytes of one checkpoint: fp32 trainable weights of actor and critic, plus AdamW's
-        two moments for each (the measured save of the 135M model was within 1% of it)."""
+        two moments for each unless trainer.checkpoint_contents=weights (the measured save
+        of the 135M model was within 1% of it)."""
         modules = [m for m in (self.models.actor, self.models.critic) if m is not None]
-        return 4 * 3 * sum(p.numel() for m in modules for p in trainable_parameters(m))
+        copies = 3 if self.cfg.trainer.checkpoint_contents == "full" else 1
+        return 4 * copies * sum(p.numel() for m in modules for p in trainable_parameters(m))
 
-    def save(self, step: int, healthy: bool = True) -> Path:
-        """A checkpoint in `checkpoints/`; with `on_collapse=rollback`, a healthy step is also
-        kept in `healthy/` (never pruned by newer, possibly collapsing, checkpoints)."""
+    def checkpoint_state(self, step: int) -> dict[str, Any]:
+        """What a checkpoint holds: the trainable weights (frozen ones and the reference
+        model are rebuilt from model.name), AdamW's moments (not with
+        trainer.checkpoint_contents=weights), the schedules, RNG, config, diagnostics and
+        trainer counters. The weights are fresh copies; the rest may be live objects."""
         models, guard = self.models, self.guard.state_dict()
         state = {
             "step": step,
+            "contents": self.cfg.trainer.checkpoint_contents,
             "actor": trainable_state(models.actor),
             "critic": trainable_state(models.critic) if models.critic is not None else None,
             **self.optimizers.state_dict(),  # optimizers and learning-rate schedules
@@ -463,22 +467,42 @@ class Trainer:
                 "consecutive_skips": self.skips.consecutive,
             },
         }
-        started = time.perf_counter()
+        if self.cfg.trainer.checkpoint_contents == "weights":
+            state.update(dict.fromkeys(OPTIMIZER_KEYS))
+        return state
+
+    def save(self, step: int, healthy: bool = True) -> Path:
+        """A checkpoint in `checkpoints/`; with `on_collapse=rollback`, a healthy step is also
+        kept in `healthy/` (never pruned by newer, possibly collapsing, checkpoints).
+
+        With trainer.checkpoint_async the step waits only for the previous write and for a
+        snapshot of the state; the returned folder appears once the background write ends.
+        """
+        targets = [Target(self.run_dir, self.cfg.trainer.keep_checkpoints)]
         if healthy and self.cfg.trainer.on_collapse == "rollback":
-            save_checkpoint(self.folder.healthy, step, state, keep=1)
-        path = save_checkpoint(self.run_dir, step, state, keep=self.cfg.trainer.keep_checkpoints)
-        seconds, size_mb = time.perf_counter() - started, checkpoint_bytes(path) / 2**20
-        # Logged with the next step (this step's line is already written: a crash between
-        # the two must not leave a checkpoint whose step has no metrics line).
-        self.save_cost = {"perf/checkpoint_s": seconds, "perf/checkpoint_mb": size_mb}
-        self.say(f"checkpoint {path.name}: {size_mb:.1f} MB in {seconds:.1f} s")
-        return path
+            targets.insert(0, Target(self.folder.healthy, keep=1))
+        return self.saver.save(step, self.checkpoint_state, targets)
+
+    def wait_for_checkpoint(self) -> None:
+        """Block until the background checkpoint write (if any) has ended; raises its
+        error. Anything that reads checkpoints or ends the run calls this first."""
+        self.saver.wait()
 
     def load_weights(self, state: dict[str, Any], schedules: bool = True) -> None:
-        """Trainable weights and optimizer state (and the schedules) from a checkpoint."""
+        """Trainable weights and optimizer state (and the schedules) from a checkpoint.
+
+        A weights-only checkpoint (trainer.checkpoint_contents=weights) restarts AdamW's
+        moments, with one warning: the run no longer repeats an unbroken one."""
         load_trainable_state(self.models.actor, state["actor"])
         if self.models.critic is not None:
             load_trainable_state(self.models.critic, state["critic"])
+        if state.get("actor_optim") is None:
+            warn(
+                f"the checkpoint of step {state['step']} holds weights only "
+                "(trainer.checkpoint_contents=weights): AdamW's moments restart from zero, "
+                "so this run will not repeat an unbroken one",
+                "starpo.trainer",
+            )
         self.optimizers.load_state_dict(state, schedules=schedules)
         self.backend.update_weights(self.models.actor, self.policy_version)
         if self.learners is not None:  # a rollback: the other learners restart from the

@@ -99,11 +99,17 @@ class Optimizers:
 
     def load_state_dict(self, state: dict[str, Any], schedules: bool = True) -> None:
         """Restore the optimizers from `state_dict()`, and with `schedules` their learning-
-        rate schedules too; without, the schedules keep their place and set the rates."""
+        rate schedules too; without, the schedules keep their place and set the rates.
+        An optimizer state of None (a weights-only checkpoint) empties the optimizer:
+        AdamW's moments and step counts start again from zero."""
         for name, optimizer, schedule in self.named():
-            kernels = [_kernel_choice(group) for group in optimizer.param_groups]
-            optimizer.load_state_dict(state[f"{name}_optim"])
-            _restore_kernel_choice(optimizer, kernels)
+            saved = state[f"{name}_optim"]
+            if saved is None:
+                optimizer.state.clear()
+            else:
+                kernels = [_kernel_choice(group) for group in optimizer.param_groups]
+                optimizer.load_state_dict(saved)
+                _restore_kernel_choice(optimizer, kernels)
             if schedules and state.get(f"{name}_schedule") is not None:
                 schedule.load_state_dict(state[f"{name}_schedule"])
             _sync_lr(optimizer, schedule)
