@@ -209,3 +209,78 @@ def test_plan_memory_counts_adam_for_trainable_parameters_only(tiny_model_dir):
     lora = plan_memory(lora_cfg, shape, planned.train, planned.val)
     assert lora.held["AdamW moments (from step 1)"] == 8 * shape.lora_params
     assert planned.plan.held["AdamW moments (from step 1)"] == 8 * shape.params
+
+
+# ---- the estimate against measured peaks ------------------------------------------------------
+
+#: Two runs whose peaks come from different parts: a rollout of 128 bandit episodes at
+#: once (the KV cache), and 5-turn Sokoban updates with a critic (activations).
+MEASURED_CONFIGS = {
+    "rollout-bound": (
+        "cpu-bandit-starpo-s",
+        ["rollout.max_new_tokens=24"],
+    ),
+    "update-bound": (
+        "cpu-tiny-smoke",
+        [
+            "env.id=sokoban",
+            "rollout.num_groups=2",
+            "rollout.group_size=4",
+            "rollout.max_turns=4",
+            "rollout.max_actions_per_traj=4",
+            "rollout.max_new_tokens=16",
+            "optim.mini_batch_size=4",
+            "optim.micro_batch_size=4",
+            "filter.enabled=false",
+            "trainer.val_seeds=2",
+        ],
+    ),
+}
+TWO_STEPS = [
+    "trainer.total_steps=2",
+    "trainer.val_before_train=false",
+    "trainer.val_every=0",
+    "trainer.save_every=0",
+    "trainer.tensorboard=false",
+    "trainer.num_threads=2",
+]
+
+
+@pytest.fixture(scope="module")
+def mid_model_dir(tmp_path_factory):
+    """A 50M random Llama (8 layers of 512): big enough that the model's own memory, not
+    the Python runtime, makes most of a run's peak."""
+    from starpo.models import tiny_random_model
+
+    folder = tmp_path_factory.mktemp("mid-policy")
+    model, tokenizer = tiny_random_model(
+        seed=0, hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4, intermediate_size=1536
+    )
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(MEASURED_CONFIGS))
+def test_estimate_is_within_30_percent_of_the_measured_peak(name, mid_model_dir, tmp_path):
+    import sys
+
+    preset, overrides = MEASURED_CONFIGS[name]
+    overrides = [f"model.name={mid_model_dir}", *overrides, *TWO_STEPS]
+    planned = planning.plan_config(load_config(preset, overrides))
+    assert planned.plan.peak_phase == name.split("-")[0]
+    command = [
+        sys.executable,
+        "-m",
+        "starpo",
+        "train",
+        "--config",
+        preset,
+        *overrides,
+        "--out",
+        str(tmp_path / "run"),
+        "--quiet",
+    ]
+    peak = planning.measured_peak_rss(command, tmp_path / "stderr.log")
+    assert planned.plan.peak == pytest.approx(peak, rel=0.30), (planned.plan.peak, peak)

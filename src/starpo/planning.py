@@ -271,20 +271,17 @@ def plan_memory(
 
     # ---- held for the whole run
     plan.held["runtime (Python, torch, transformers, tokenizer)"] = RUNTIME_BYTES
+    trainable = trainable_parameters(cfg, shape)
+    actor_trainable = shape.lora_params if lora else shape.params
     if lora:
-        actor_trainable = shape.lora_params
         plan.held["policy: frozen base + fp32 LoRA adapters"] = (
             shape.params * compute + 4 * actor_trainable
         )
     else:
-        actor_trainable = shape.params
         plan.held["policy weights (fp32 master)"] = 4 * shape.params
-    critic_trainable = 0
     if critic:
-        head = shape.hidden + 1
-        critic_trainable = (shape.lora_params if lora else shape.backbone_params) + head
         frozen = shape.backbone_params * compute if lora else 0
-        plan.held["critic weights"] = frozen + 4 * critic_trainable
+        plan.held["critic weights"] = frozen + 4 * (trainable - actor_trainable)
     if cfg.algorithm.uses_reference and not lora:
         plan.held["reference policy"] = shape.params * compute
     if run.lean:
@@ -293,7 +290,6 @@ def plan_memory(
         plan.held[f"rollout weight copy ({str(run.decode_dtype).removeprefix('torch.')})"] = (
             copied * decode
         )
-    trainable = actor_trainable + critic_trainable
     plan.held["AdamW moments (from step 1)"] = ADAM_BYTES * trainable
 
     # ---- rollout phase
@@ -469,6 +465,8 @@ def format_plan(planned: ConfigPlan, available: int) -> str:
             lines += [f"  {k:<{width}}{_gb(v):>10}" for k, v in part.items()]
     for name, (count, each) in plan.processes.items():
         lines.append(f"{name} x {count}: {_gb(each)} each")
+    disk = checkpoint_size(cfg, planned.shape)
+    lines.append(f"one checkpoint on disk: {_gb(disk)} ({cfg.trainer.checkpoint_contents})")
     lines.append(
         f"peak (in the {plan.peak_phase} phase): {_gb(plan.peak)}; this machine: {_gb(available)}"
     )
@@ -509,3 +507,35 @@ def check_fits(cfg: Any) -> None:
             f"machine's {_gb(available)}; {advice(planned, available)}. `starpo plan` shows "
             "the parts; trainer.memory_check=false skips this check"
         )
+
+
+def trainable_parameters(cfg: Any, shape: ModelShape) -> int:
+    """Parameters the optimizer updates: the policy's (or its LoRA adapters) and, with a
+    critic, the critic's backbone (or adapters) and value head."""
+    lora = cfg.model.lora.enabled
+    actor = shape.lora_params if lora else shape.params
+    if not cfg.algorithm.uses_critic:
+        return actor
+    return actor + (shape.lora_params if lora else shape.backbone_params) + shape.hidden + 1
+
+
+def checkpoint_size(cfg: Any, shape: ModelShape) -> int:
+    """Bytes of one checkpoint on disk: the fp32 trainable weights, plus AdamW's two moments
+    unless trainer.checkpoint_contents=weights (`Trainer.checkpoint_estimate` after build)."""
+    per_parameter = 12 if cfg.trainer.checkpoint_contents == "full" else 4
+    return per_parameter * trainable_parameters(cfg, shape)
+
+
+def measured_peak_rss(command: list[str], log: Path) -> int:
+    """Run `command` and return its peak resident set size in bytes (Linux: the child's own
+    `ru_maxrss` from wait4); its stderr goes to `log`. A failing command is a RuntimeError
+    with the end of that log. For checking estimates (tests, bench/bench_memory.py)."""
+    import subprocess
+
+    with open(log, "w") as err:
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        raise RuntimeError(f"{command[:6]} failed:\n{Path(log).read_text()[-2000:]}")
+    return usage.ru_maxrss * 1024  # kilobytes on Linux
