@@ -14,6 +14,9 @@ from typing import Any
 from starpo.errors import UserError
 from starpo.registry import GENERATION_BACKENDS
 
+#: The most episodes one `starpo eval` plays: it keeps them all in memory and writes them.
+MAX_EPISODES = 1_000_000
+
 
 def _parse_env_args(pairs: list[str]) -> dict[str, Any]:
     """`--env-arg size=6 --env-arg p_frozen=0.9` -> {"size": 6, "p_frozen": 0.9} (YAML values)."""
@@ -24,9 +27,23 @@ def _parse_env_args(pairs: list[str]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise UserError(f"--env-arg {pair!r} must look like KEY=VALUE, e.g. --env-arg size=6")
-        parsed = yaml.safe_load(value) if value else ""
+        try:
+            parsed = yaml.safe_load(value) if value else ""
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or type(exc).__name__
+            raise UserError(
+                f"--env-arg {pair!r}: {value!r} is not a YAML value ({problem}); quote it or "
+                "fix it, e.g. --env-arg dim_room=[6,6]"
+            ) from None
         kwargs[key] = tuple(parsed) if isinstance(parsed, list) else parsed
     return kwargs
+
+
+def check_seed(flag: str, seed: int | None) -> None:
+    """A seed flag's value (None: a random seed); numpy takes no negative seed and torch
+    none of 2**64 or more."""
+    if seed is not None and not 0 <= seed < 2**63:
+        raise UserError(f"{flag} must be between 0 and {2**63 - 1}, got {seed}")
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
@@ -59,21 +76,26 @@ def cmd_play(args: argparse.Namespace) -> int:
     from starpo.envs import make
     from starpo.play import play_interactive
 
+    check_seed("--seed", args.seed)
     env = make(args.env_id, **_parse_env_args(args.env_arg))
     return play_interactive(env, seed=args.seed)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from starpo.evaluation import play_episodes, summarise, write_results
+    from starpo.runs import check_writable
 
-    if args.episodes < 1:
-        raise UserError(f"--episodes must be at least 1, got {args.episodes}")
+    if not 1 <= args.episodes <= MAX_EPISODES:
+        raise UserError(f"--episodes must be between 1 and {MAX_EPISODES}, got {args.episodes}")
+    check_seed("--seed-start", args.seed_start)
     env_kwargs = _parse_env_args(args.env_arg)
     if args.policy == "model":
         return _eval_model(args, env_kwargs)
     episodes_iter = play_episodes(
         args.env, args.policy, args.episodes, seed_start=args.seed_start, env_kwargs=env_kwargs
     )
+    out = Path(args.out)
+    check_writable(out, "output folder")  # the env and policy are fine: before any episode
     episodes = list(_progress(episodes_iter, args, total=args.episodes))
     summary = {
         "env": args.env,
@@ -81,7 +103,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "seed_start": args.seed_start,
         **summarise(episodes),
     }
-    out = Path(args.out)
     write_results(out, episodes, summary)
     print(format_summary(summary))
     print(f"wrote {out / 'summary.json'} and {out / 'trajectories.jsonl'}")
@@ -109,6 +130,11 @@ def _rollout_settings_from_args(args: argparse.Namespace) -> Any:
     for name in ("samples_per_seed", "batch_size"):  # eval's own, not per-episode settings
         if getattr(args, name) < 1:
             raise UserError(f"{_flag(name)} must be >= 1, got {getattr(args, name)}")
+    if args.episodes * args.samples_per_seed > MAX_EPISODES:
+        raise UserError(
+            f"--episodes x --samples-per-seed is {args.episodes * args.samples_per_seed} "
+            f"episodes; play at most {MAX_EPISODES} in one eval"
+        )
     values = {f.name: getattr(args, f.name) for f in fields(RolloutSettings) if f.name in args}
     if values.get("max_new_tokens") is None:  # not given: the think mode decides
         values["max_new_tokens"] = default_max_new_tokens(values["think"])
@@ -121,8 +147,12 @@ def _eval_model(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
     from starpo.envs.policies import has_solver
     from starpo.evaluation import play_episodes, summarise, write_results
     from starpo.rollout.evaluate import evaluate_model, progress_bar
+    from starpo.runs import check_writable
 
     settings = _rollout_settings_from_args(args)
+    env = make(args.env, **env_kwargs)  # bad env ids and arguments fail first
+    out = Path(args.out)
+    check_writable(out, "output folder")  # before the model loads
     seeds = list(range(args.seed_start, args.seed_start + args.episodes))
     if not args.quiet:
         print(f"eval {args.env} with {args.model}: {_mode(asdict(settings))}")
@@ -153,7 +183,7 @@ def _eval_model(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
         **summary,
     }
     # Reference policies on the same seeds, for the comparison table.
-    baselines = ["random", "solver"] if has_solver(make(args.env, **env_kwargs)) else ["random"]
+    baselines = ["random", "solver"] if has_solver(env) else ["random"]
     summary["baselines"] = {
         name: summarise(
             list(
@@ -164,7 +194,6 @@ def _eval_model(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
         )
         for name in baselines
     }
-    out = Path(args.out)
     write_results(out, result.trajectories, summary)
     print(format_comparison(summary))
     print(f"wrote {out / 'summary.json'} and {out / 'trajectories.jsonl'}")

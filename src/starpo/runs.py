@@ -102,6 +102,22 @@ def _by_step(folder: Path, pattern: re.Pattern[str]) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def check_writable(folder: Path, what: str = "run folder") -> None:
+    """A one-line UserError when `folder` cannot be created or written (checked before any
+    model loads or episode plays, so a mistyped or read-only --out costs nothing)."""
+    folder = Path(folder)
+    probe = folder / f".starpo-write-probe-{os.getpid()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(
+            f"cannot write the {what} {folder} ({exc.strerror or exc}); choose another "
+            "--out or fix its permissions"
+        ) from exc
+
+
 @dataclass(frozen=True)
 class RunFolder:
     """The paths of one training run folder (nothing is created by asking)."""

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,12 +159,19 @@ def evaluate_model(
 def progress_bar(total: int, desc: str, *, disable: bool = False) -> tuple[Any, Callable]:
     """A tqdm bar over `total` episodes and the `on_turn` callback of `evaluate_model` that
     moves it. Episodes drive the bar and its ETA; a batch of episodes takes several turns,
-    so the postfix shows that turns and tokens move meanwhile."""
+    so the postfix shows that turns and tokens move meanwhile. The bar opens at the first
+    turn, so an error while the model loads (a bad device or model) is its one line with
+    no empty bar above it, and the ETA leaves the loading time out."""
+    from contextlib import contextmanager
+
     from tqdm import tqdm
 
-    bar = tqdm(total=total, desc=desc, unit="ep", disable=disable)
+    bars: list[Any] = []
 
     def show(progress: EvalProgress) -> None:
+        if not bars:
+            bars.append(tqdm(total=total, desc=desc, unit="ep", disable=disable))
+        bar = bars[0]
         n = progress.generated_tokens
         tokens = f"{n / 1000:.1f}k" if n >= 1000 else str(n)
         bar.set_postfix_str(
@@ -174,4 +181,12 @@ def progress_bar(total: int, desc: str, *, disable: bool = False) -> tuple[Any, 
         )
         bar.update(progress.episodes_done - bar.n)
 
-    return bar, show
+    @contextmanager
+    def closing() -> Iterator[None]:
+        try:
+            yield
+        finally:
+            for bar in bars:
+                bar.close()
+
+    return closing(), show

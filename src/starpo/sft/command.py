@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 from starpo.errors import UserError
@@ -150,6 +151,7 @@ def parse_env_args(pairs: list[str]) -> dict[str, Any]:
 
 def resolve(args: argparse.Namespace) -> dict[str, Any]:
     """`run_sft` keyword arguments from the flags, then --config, then defaults."""
+    from starpo.cli import check_seed
     from starpo.defaults import DEFAULT_MODEL
     from starpo.rollout.engine import RolloutSettings, check_settings
     from starpo.sft.options import TrainOptions
@@ -162,6 +164,8 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
         cfg = load_config(args.config)
         values = asdict_settings(cfg.rollout.settings())
         model, env_id, env_kwargs = cfg.model.name, cfg.env.id, dict(cfg.env.kwargs)
+    check_seed("--seed-start", args.seed_start)
+    check_seed("--seed", args.seed)
     flags = {name: getattr(args, name) for name in LAYOUT_SETTINGS}
     values.update({k: v for k, v in flags.items() if v is not None})
     check_settings(values, spell=_flag)
@@ -191,9 +195,12 @@ def asdict_settings(settings: Any) -> dict[str, Any]:
 
 def cmd_sft(args: argparse.Namespace) -> int:
     """Run `starpo sft`; prints a one-screen summary."""
+    from starpo.runs import check_writable
     from starpo.sft.run import DATA_FILE, SUMMARY_FILE, run_sft
 
-    summary = run_sft(**resolve(args))
+    kwargs = resolve(args)
+    check_writable(Path(args.out), "output folder")  # before any episode or model
+    summary = run_sft(**kwargs)
     print(format_summary(summary))
     out = summary["out"]
     print(f"wrote the model to {out}/ with {SUMMARY_FILE} and {DATA_FILE}")

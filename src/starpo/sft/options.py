@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 
 from starpo.errors import UserError
@@ -43,8 +44,8 @@ class TrainOptions:
         for name in ("epochs", "batch_size", "micro_batch_size"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{_dashed(name)} must be >= 1, got {getattr(self, name)}")
-        if not self.lr > 0:
-            raise UserError(f"--lr must be > 0, got {self.lr}")
+        if not 0 < self.lr < math.inf:
+            raise UserError(f"--lr must be a finite number > 0, got {self.lr}")
         if self.schedule not in SCHEDULES:
             raise UserError(
                 f"--schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule}"
@@ -54,8 +55,11 @@ class TrainOptions:
                 raise UserError(f"--{_dashed(name)} must be in [0, 1), got {getattr(self, name)}")
         if self.dtype not in DTYPES:
             raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype}")
-        if self.weight_decay < 0 or self.max_grad_norm < 0:
-            raise UserError("--weight-decay and --max-grad-norm must be >= 0")
+        for name in ("weight_decay", "max_grad_norm"):  # NaN and inf fail too
+            if not 0 <= getattr(self, name) < math.inf:
+                raise UserError(
+                    f"--{_dashed(name)} must be a finite number >= 0, got {getattr(self, name)}"
+                )
 
 
 def _dashed(name: str) -> str:

@@ -206,17 +206,7 @@ def _remove(folder: Path) -> None:
 def check_writable(run_dir: Path) -> None:
     """A one-line UserError when `run_dir` cannot be created or written (checked before
     any model loads, so a mistyped or read-only --out costs nothing)."""
-    run_dir = Path(run_dir)
-    probe = run_dir / f".starpo-write-probe-{os.getpid()}"
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"ok")
-        probe.unlink()
-    except OSError as exc:
-        raise UserError(
-            f"cannot write the run folder {run_dir} ({exc.strerror or exc}); choose another "
-            "--out or fix its permissions"
-        ) from exc
+    runs.check_writable(run_dir)
 
 
 def check_free_space(run_dir: Path, need_bytes: int) -> None:

@@ -25,7 +25,7 @@ from matplotlib.lines import Line2D
 
 from starpo.errors import UserError
 from starpo.logs import warn
-from starpo.runs import ALERTS_FILE, METRICS_FILE, REPORT_DIR, load_jsonl
+from starpo.runs import ALERTS_FILE, METRICS_FILE, REPORT_DIR, check_writable, load_jsonl
 
 DPI = 100
 SEVERITY_COLORS = {"warning": "#f28e2b", "collapse": "#d62728"}
@@ -328,9 +328,7 @@ def write_report(run_dirs: list[Path], out_dir: Path | None = None) -> list[Path
     if out_dir is None:
         out_dir = run_dirs[0] / REPORT_DIR if len(runs) == 1 else Path("report-compare")
     out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"--out {out_dir} is a file; pass a folder")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_writable(out_dir, "report folder")  # a file, or a path under one, is one line
     main_name = "overview.png" if len(runs) == 1 else "compare.png"
     written = [_save(build_figure(runs), out_dir / main_name)]
     for panel in PANELS:

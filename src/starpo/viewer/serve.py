@@ -7,6 +7,7 @@ import threading
 import time
 from pathlib import Path
 
+from starpo.errors import UserError
 from starpo.viewer.html import build_viewer, content_security_policy
 
 
@@ -53,13 +54,22 @@ def serve(path: Path, port: int = 0) -> tuple[http.server.ThreadingHTTPServer, s
 def view_main(run_dir: str, serve: bool = False, port: int = 0) -> int:
     """`starpo view RUN [--serve] [--port N]`: build the page, print its path, maybe serve.
 
-    Raises `UserError` for a folder without trajectories (the CLI prints it as one line).
+    Raises `UserError` for a folder without trajectories, a port out of range or one that
+    cannot be bound (the CLI prints it as one line).
     """
+    if serve and not 0 <= port <= 65535:
+        raise UserError(f"--port must be between 0 and 65535 (0: any free port), got {port}")
     page = build_viewer(Path(run_dir))
     print(page)
     if not serve:
         return 0
-    server, url = _serve(page, port)
+    try:
+        server, url = _serve(page, port)
+    except OSError as exc:  # in use, or below 1024 without the right to bind it
+        raise UserError(
+            f"cannot serve on 127.0.0.1:{port} ({exc.strerror or exc}); choose another --port, "
+            "or 0 for any free one"
+        ) from None
     print(f"serving {url} (Ctrl-C to stop)", flush=True)
     try:
         while True:
