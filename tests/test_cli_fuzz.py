@@ -1,9 +1,9 @@
 """Fuzzed `starpo train` command lines and config files never end in a traceback.
 
 Hypothesis builds argument lists from real and broken overrides, flags and values, and
-config files from random YAML. Every one must either be accepted (the trainer would
-start: a stub stands in for it) or stop with one `starpo: error: ...` line and exit 2
-(argparse's own usage errors exit 2 as well).
+config files from random YAML. Every one must either be accepted (training would start:
+stubs stand in for the memory check, which reads the model's files, and the trainer) or
+stop with one `starpo: error: ...` line and exit 2 (argparse's usage errors exit 2 too).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ def test_fuzzed_train_command_lines_are_accepted_or_one_line(
     args, preset, tmp_path, capsys, monkeypatch
 ):
     monkeypatch.setattr("starpo.trainer.loop.Trainer", would_run)
+    monkeypatch.setattr("starpo.planning.check_fits", would_run)  # reads the model's files
     config = [] if preset is None else ["--config", preset]
     outcome(["train", "--out", str(tmp_path / "run"), *config, *args], capsys)
 
@@ -53,6 +54,7 @@ def test_fuzzed_train_command_lines_are_accepted_or_one_line(
 @given(text=CONFIG_TEXT, args=st.lists(OVERRIDE, max_size=2))
 def test_fuzzed_config_files_are_accepted_or_one_line(text, args, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("starpo.trainer.loop.Trainer", would_run)
+    monkeypatch.setattr("starpo.planning.check_fits", would_run)  # reads the model's files
     path = tmp_path / "fuzzed.yaml"
     path.write_text(text, encoding="utf-8")
     outcome(["train", "--out", str(tmp_path / "run"), "--config", str(path), *args], capsys)
