@@ -523,3 +523,16 @@ def test_sft_options_that_are_not_finite_are_one_line(flag, value, stubs, folder
     # Were taken: training would have run with NaN or infinite weights.
     argv = ["sft", str(folders / "eval"), "--out", str(folders / "s"), flag, value]
     assert f"{flag} must be a finite number" in _error_line(argv, capsys)
+
+
+@pytest.mark.parametrize("count", ["-3", str(10**11)])
+def test_a_solver_episode_count_out_of_range_is_one_line(count, stubs, tmp_path, capsys):
+    # 10**11 played solver episodes for days; -3 played none without a word.
+    argv = ["sft", "--from-solver", count, "--env", "bandit", "--out", str(tmp_path / "s")]
+    assert "--from-solver must be between 0 and 1000000" in _error_line(argv, capsys)
+
+
+def test_a_training_seed_beyond_torchs_range_is_one_line(tmp_path, capsys):
+    # torch.manual_seed(2**64) raised "Overflow when unpacking long long" after the model loaded.
+    argv = ["train", "--out", str(tmp_path / "r"), f"trainer.seed={2**64}"]
+    assert "trainer.seed must be >= 0 and <= 9223372036854775807" in _error_line(argv, capsys)

@@ -344,7 +344,7 @@ class TrainerConfig(ConfigSection):
     wandb_mode: str = _f(
         "offline", "Weights & Biases mode.", choices=("online", "offline", "disabled")
     )
-    seed: int = _f(0, "Seed of torch and of sampling.", ge=0)
+    seed: int = _f(0, "Seed of torch and of sampling.", ge=0, le=2**63 - 1)  # torch's limit
     num_threads: int | None = _f(
         None, "torch CPU threads; null = torch's default.", ge=1, example=2
     )

@@ -151,7 +151,7 @@ def parse_env_args(pairs: list[str]) -> dict[str, Any]:
 
 def resolve(args: argparse.Namespace) -> dict[str, Any]:
     """`run_sft` keyword arguments from the flags, then --config, then defaults."""
-    from starpo.cli import check_seed
+    from starpo.cli import MAX_EPISODES, check_seed
     from starpo.defaults import DEFAULT_MODEL
     from starpo.rollout.engine import RolloutSettings, check_settings
     from starpo.sft.options import TrainOptions
@@ -172,6 +172,10 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
     options = TrainOptions(**{f.name: getattr(args, f.name) for f in fields(TrainOptions)})
     if args.actions_per_turn < 1:
         raise UserError(f"--actions-per-turn must be >= 1, got {args.actions_per_turn}")
+    if not 0 <= args.from_solver <= MAX_EPISODES:
+        raise UserError(
+            f"--from-solver must be between 0 and {MAX_EPISODES}, got {args.from_solver}"
+        )
     return dict(
         model=args.model or model,
         data=list(args.data),
