@@ -432,3 +432,10 @@ def test_registry_builds_frozenlake():
 def test_frozenlake_does_not_import_torch():
     code = "import sys, starpo.envs.frozenlake; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("size", [1, 65, 100_000])
+def test_a_size_out_of_range_is_a_one_line_user_error(size):
+    # size=100000 ran out of memory building its grid (found by fuzzing).
+    with pytest.raises(UserError, match="size must be an integer from 2 to 64"):
+        FrozenLakeEnv(size=size)

@@ -157,6 +157,11 @@ def test_budget_truncates():
         {"num_boxes": 3, "dim_room": (4, 4)},
         {"max_steps": 0},
         {"num_reverse_steps": 0},
+        # Found by fuzzing: these generated a level for minutes or ran out of memory.
+        {"max_steps": 10**9},
+        {"num_gen_steps": 10**8},
+        {"num_reverse_steps": 10**8},
+        {"dim_room": (100, 6)},
     ],
 )
 def test_bad_arguments_are_user_errors(kwargs):

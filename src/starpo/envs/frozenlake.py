@@ -301,8 +301,9 @@ class FrozenLakeEnv(TextEnv):
 
 def _check_args(size: Any, p_frozen: Any, is_slippery: Any) -> None:
     """Constructor checks, each a one-line UserError naming the argument and the fix."""
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 2:
-        raise UserError(f"size must be an integer >= 2, got {size!r}; e.g. size=4")
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or not 2 <= size <= 64:
+        # 64: a 4096-cell grid is already thousands of prompt tokens; 100000 ran out of memory
+        raise UserError(f"size must be an integer from 2 to 64, got {size!r}; e.g. size=4")
     if isinstance(p_frozen, bool) or not isinstance(p_frozen, Real) or not 0 < p_frozen <= 1:
         raise UserError(f"p_frozen must be a number in (0, 1], got {p_frozen!r}; e.g. p_frozen=0.8")
     if not isinstance(is_slippery, (bool, np.bool_)):

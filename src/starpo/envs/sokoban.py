@@ -54,6 +54,11 @@ VOCABS: dict[str, dict[str, str]] = {
     "newvocab": dict(zip(ROLE_MEANINGS, ("W", ".", "G", "B", "C", "A", "@"), strict=True)),
 }
 RESET_OPTIONS = ("level",)
+#: Bounds that keep a level's generation and its text prompt finite: a side of 64 cells is
+#: already a ~4000-token grid, and generation walks and episodes of more than 10000 steps
+#: ran for minutes (a mistyped max_steps=1000000000 never finished its first reset).
+MAX_SIDE = 64
+MAX_GENERATION_STEPS = 10_000
 
 
 class SokobanState(NamedTuple):
@@ -112,6 +117,7 @@ class SokobanEnv(TextEnv):
         `cell_sep` goes between the cells of a rendered row (RAGEN: none; see
         `check_cell_sep`)."""
         super().__init__(max_steps)
+        _checked_int("max_steps", max_steps, 1)  # also bounds the reverse play (its default)
         self.cell_sep = check_cell_sep(cell_sep)
         self.dim_room = _checked_dim_room(dim_room)
         self.num_boxes = _checked_int("num_boxes", num_boxes, 1)
@@ -344,9 +350,13 @@ def _count(n: int, noun: str) -> str:
 
 
 # ------------------------------------------------------------------------ validation
-def _checked_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
-        raise UserError(f"{name} must be an integer >= {minimum}, got {value!r}")
+def _checked_int(name: str, value: Any, minimum: int, maximum: int = MAX_GENERATION_STEPS) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, Integral)
+        or not minimum <= value <= maximum
+    ):
+        raise UserError(f"{name} must be an integer from {minimum} to {maximum}, got {value!r}")
     return int(value)
 
 
@@ -360,10 +370,14 @@ def _checked_dim_room(dim_room: Any) -> tuple[int, int]:
         isinstance(dim_room, (str, bytes))
         or not isinstance(dim_room, Sequence)
         or len(dim_room) != 2
-        or not all(isinstance(d, Integral) and not isinstance(d, bool) and d >= 4 for d in dim_room)
+        or not all(
+            isinstance(d, Integral) and not isinstance(d, bool) and 4 <= d <= MAX_SIDE
+            for d in dim_room
+        )
     ):
         raise UserError(
-            f"dim_room must be (rows, columns), two integers >= 4 including the outer walls, "
+            f"dim_room must be (rows, columns), two integers from 4 to {MAX_SIDE} including "
+            "the outer walls, "
             f"e.g. (6, 6); got {dim_room!r}"
         )
     return (int(dim_room[0]), int(dim_room[1]))
