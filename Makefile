@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_rollout.py
 	$(BIN)/python bench/bench_update.py
 	$(BIN)/python bench/bench_workers.py
+	$(BIN)/python bench/bench_memory.py
 	$(BIN)/python bench/bench_checkpoint.py
 
 # The bench extra (TRL) is for bench-trl only, never for `make test` or CI. torch is named
