@@ -334,8 +334,8 @@ class TrainerConfig(ConfigSection):
     checkpoint_async: bool = _f(
         False,
         "Write checkpoints in a background thread: the step waits only for a copy of the "
-        "state (and for the previous write). The copy doubles the checkpoint's host memory "
-        "while it is written; resume stays exact.",
+        "state (and for the previous write); resume stays exact. The copy is one more "
+        "checkpoint's worth of host memory, kept for the run and reused by every save.",
     )
     log_trajectories: int = _f(8, "Trajectories per step written as JSONL samples.", ge=0)
     tensorboard: bool = _f(True, "Write TensorBoard event files.")

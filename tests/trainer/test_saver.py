@@ -38,6 +38,23 @@ def test_snapshot_is_not_changed_by_later_updates():
     assert copy["items"] == ["a"]
 
 
+def test_a_snapshot_reuses_the_previous_ones_memory():
+    def pointers(snap: dict) -> list[int]:
+        return [t.data_ptr() for t in (snap["w"], snap["optim"][0]["m"], snap["pair"][0])]
+
+    state = {"w": torch.randn(100), "optim": {0: {"m": torch.zeros(3)}}, "pair": (torch.ones(2),)}
+    first = snapshot(state)
+    before = pointers(first)
+    state["w"].mul_(2.0)
+    state["optim"][0]["m"].add_(5.0)
+    second = snapshot(state, reuse=first)
+    assert pointers(second) == before
+    assert torch.equal(second["w"], state["w"]) and second["optim"][0]["m"].eq(5.0).all()
+    state["w"] = torch.randn(7)  # another shape: new memory
+    third = snapshot(state, reuse=second)
+    assert third["w"].data_ptr() != before[0] and torch.equal(third["w"], state["w"])
+
+
 def test_a_background_write_equals_a_synchronous_one(tmp_path):
     state = {"step": 2, "w": torch.randn(1000), "rng": (np.arange(5),)}
     sync = save_checkpoint(tmp_path / "sync", 2, state, keep=1)

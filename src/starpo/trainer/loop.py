@@ -447,13 +447,15 @@ class Trainer:
         """What a checkpoint holds: the trainable weights (frozen ones and the reference
         model are rebuilt from model.name), AdamW's moments (not with
         trainer.checkpoint_contents=weights), the schedules, RNG, config, diagnostics and
-        trainer counters. The weights are fresh copies; the rest may be live objects."""
+        trainer counters. Live tensors and objects, not copies: a synchronous save writes
+        them before the next update, an async one snapshots them."""
         models, guard = self.models, self.guard.state_dict()
+        critic = models.critic
         state = {
             "step": step,
             "contents": self.cfg.trainer.checkpoint_contents,
-            "actor": trainable_state(models.actor),
-            "critic": trainable_state(models.critic) if models.critic is not None else None,
+            "actor": trainable_state(models.actor, copy=False),
+            "critic": trainable_state(critic, copy=False) if critic is not None else None,
             **self.optimizers.state_dict(),  # optimizers and learning-rate schedules
             "rng": capture_rng_state(),
             "config": config_to_dict(self.cfg),

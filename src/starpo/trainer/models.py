@@ -109,14 +109,17 @@ def trainable_parameters(module: nn.Module) -> list[nn.Parameter]:
     return [p for p in module.parameters() if p.requires_grad]
 
 
-def trainable_state(module: nn.Module) -> dict[str, torch.Tensor]:
-    """The trainable tensors (all weights, or only LoRA adapters and the value head)."""
+def trainable_state(module: nn.Module, copy: bool = True) -> dict[str, torch.Tensor]:
+    """The trainable tensors (all weights, or only LoRA adapters and the value head): CPU
+    copies, or with `copy=False` the live tensors (for a save that ends before the next
+    update)."""
     names = {n for n, p in module.named_parameters() if p.requires_grad}
-    return {k: v.detach().cpu().clone() for k, v in module.state_dict().items() if k in names}
+    state = {k: v for k, v in module.state_dict().items() if k in names}
+    return {k: v.detach().cpu().clone() for k, v in state.items()} if copy else state
 
 
 def load_trainable_state(module: nn.Module, state: dict[str, torch.Tensor]) -> None:
-    missing = set(trainable_state(module)) - set(state)
+    missing = set(trainable_state(module, copy=False)) - set(state)
     if missing:
         raise UserError(
             f"checkpoint does not match the model ({len(missing)} tensors missing, "
