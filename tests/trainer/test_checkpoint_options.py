@@ -138,3 +138,31 @@ def test_a_lora_checkpoint_holds_only_adapters_and_the_value_head(
     assert any("value_head" in key for key in state["critic"])
     full_bytes = checkpoint_bytes(latest_checkpoint(tmp_path / "all-weights"))
     assert checkpoint_bytes(lora_folder) < full_bytes / 20
+
+
+def test_a_failed_background_write_stops_the_run_with_one_line(
+    tmp_path: Path, bigram_model, make_bandit_config, monkeypatch
+):
+    from starpo.errors import UserError
+    from starpo.trainer import saver
+
+    real_save = saver.save_checkpoint
+
+    def full_disk_at_step_2(run_dir, step, state, keep):
+        if step == 2:
+            raise OSError(28, "No space left on device")
+        return real_save(run_dir, step, state, keep)
+
+    monkeypatch.setattr(saver, "save_checkpoint", full_disk_at_step_2)
+    overrides = {
+        "trainer.val_every": "0",
+        "trainer.val_before_train": "false",
+        "trainer.save_every": "1",
+        "trainer.checkpoint_async": "true",
+    }
+    cfg = make_bandit_config("grpo", total_steps=4, **overrides)
+    with pytest.raises(UserError, match=r"step_000002 was not written \(\[Errno 28\]") as raised:
+        _trainer(tmp_path, cfg, bigram_model).train()
+    assert "\n" not in str(raised.value)
+    assert latest_checkpoint(tmp_path).name == "step_000001"  # what --resume continues from
+    assert not (tmp_path / "final").exists()
