@@ -291,6 +291,8 @@ def plan_memory(
             copied * decode
         )
     plan.held["AdamW moments (from step 1)"] = ADAM_BYTES * trainable
+    if cfg.trainer.checkpoint_async:  # the snapshot's memory is kept for the next save
+        plan.held["async checkpoint snapshot (from the first save)"] = checkpoint_size(cfg, shape)
 
     # ---- rollout phase
     kv_bytes = 4 if run.lean else decode
@@ -524,6 +526,17 @@ def checkpoint_size(cfg: Any, shape: ModelShape) -> int:
     unless trainer.checkpoint_contents=weights (`Trainer.checkpoint_estimate` after build)."""
     per_parameter = 12 if cfg.trainer.checkpoint_contents == "full" else 4
     return per_parameter * trainable_parameters(cfg, shape)
+
+
+def planned_checkpoint_size(cfg: Any) -> int | None:
+    """`checkpoint_size` from the model's config alone (for the free-space check before the
+    model loads); None for a model whose shape cannot be read that way."""
+    try:
+        return checkpoint_size(cfg, model_shape(cfg.model.name, cfg.model.lora))
+    except UserError:
+        raise  # no such model: loading it would fail the same way
+    except Exception:  # an unusual architecture: the check runs once the model is built
+        return None
 
 
 def measured_peak_rss(command: list[str], log: Path) -> int:

@@ -243,3 +243,45 @@ def test_the_trainer_checks_room_for_a_checkpoint_before_its_first_step(
     with pytest.raises(UserError, match=r"a checkpoint of this run needs about"):
         Trainer(make_bandit_config("grpo"), tmp_path, quiet=True, model=model, tokenizer=tokenizer)
     assert not (tmp_path / "metrics.jsonl").exists()  # no step ran
+
+
+def test_too_little_free_space_is_reported_before_the_model_loads(
+    tmp_path, monkeypatch, tiny_model_dir
+):
+    from collections import namedtuple
+
+    from starpo.config import load_config
+    from starpo.trainer import checkpoint
+    from starpo.trainer.loop import Trainer
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model was loaded before the free space was checked")
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda path: usage(10**6, 10**6, 1000))
+    monkeypatch.setattr("starpo.models.load_model", no_loading)
+    cfg = load_config("cpu-tiny-smoke", [f"model.name={tiny_model_dir}"])
+    with pytest.raises(UserError, match=r"a checkpoint of this run needs about"):
+        Trainer(cfg, tmp_path / "run", quiet=True)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["algorithm.adv_estimator=gae"],
+        ["algorithm.adv_estimator=grpo", "trainer.checkpoint_contents=weights"],
+        ["model.lora.enabled=true", "model.lora.rank=4"],
+    ],
+)
+def test_the_planned_checkpoint_size_is_the_built_trainers_estimate(
+    tmp_path, tiny_model_dir, overrides
+):
+    """The size checked before the model loads (from its config) equals the one the built
+    trainer computes from its parameters."""
+    from starpo.config import load_config
+    from starpo.planning import planned_checkpoint_size
+    from starpo.trainer.loop import Trainer
+
+    cfg = load_config("cpu-tiny-smoke", [f"model.name={tiny_model_dir}", *overrides])
+    trainer = Trainer(cfg, tmp_path / "run", quiet=True)
+    assert planned_checkpoint_size(cfg) == trainer.checkpoint_estimate()

@@ -16,6 +16,7 @@ from starpo.errors import UserError
 from starpo.logs import console_logger, warn
 from starpo.memory import return_large_frees_to_os
 from starpo.models.precision import precision_for, rollout_dtype
+from starpo.planning import planned_checkpoint_size
 from starpo.registry import GENERATION_BACKENDS
 from starpo.rollout.engine import RolloutEngine
 from starpo.rollout.evaluate import ModelEvalResult, play_seeds
@@ -118,12 +119,16 @@ class Trainer:
         torch.manual_seed(cfg.trainer.seed)
         device = resolve_device(cfg.model.device)
         self.precision = precision_for(resolve_dtype(cfg.model.dtype, device), device)
+        planned = planned_checkpoint_size(cfg) if model is None else None
+        if planned is not None:
+            check_free_space(self.run_dir, planned)  # from the model's config: before it loads
         if model is None:
             # Loaded in fp32: the master weights; build_models stores frozen ones in bf16.
             model, tokenizer = load_model(cfg.model.name, device=cfg.model.device, dtype="fp32")
         self.models: TrainModels = build_models(cfg, model, tokenizer, self.precision)
         self.optimizers: Optimizers = build_optimizers(cfg, self.models.actor, self.models.critic)
-        check_free_space(self.run_dir, self.checkpoint_estimate())  # before any step
+        if planned is None:  # a model passed in, or one whose config the plan cannot read
+            check_free_space(self.run_dir, self.checkpoint_estimate())  # before any step
         self.skips = SkipCounter(cfg.optim.max_skipped_updates)
         decode_dtype = rollout_dtype(cfg.rollout.dtype, self.precision.compute_dtype, device)
         self.backend = GENERATION_BACKENDS[cfg.rollout.backend](
