@@ -260,92 +260,114 @@ def plan_memory(
     cfg: Any, shape: ModelShape, train: EpisodeShape, val: EpisodeShape | None = None
 ) -> MemoryPlan:
     """The peak-memory estimate of `starpo train` with config `cfg` (see the module doc)."""
-    import torch
-
-    val = val or train
     run = runtime_for(cfg, shape.model_type)
-    compute = _dtype_bytes(run.compute_dtype)
-    decode = _dtype_bytes(run.decode_dtype)
-    lora, critic = cfg.model.lora.enabled, cfg.algorithm.uses_critic
-    plan = MemoryPlan()
-
-    # ---- held for the whole run
-    plan.held["runtime (Python, torch, transformers, tokenizer)"] = RUNTIME_BYTES
-    trainable = trainable_parameters(cfg, shape)
-    actor_trainable = shape.lora_params if lora else shape.params
-    if lora:
-        plan.held["policy: frozen base + fp32 LoRA adapters"] = (
-            shape.params * compute + 4 * actor_trainable
-        )
+    plan = MemoryPlan(held=held_parts(cfg, shape, run))
+    rollout = rollout_parts(cfg, shape, run, train, val or train)
+    workers = cfg.rollout.workers
+    if workers:  # each Ray worker holds a policy replica and its own share of the KV cache
+        worker = RUNTIME_BYTES + 4 * shape.params + _decode_copy(shape, run)
+        plan.processes["Ray rollout worker"] = (workers, worker + sum(rollout.values()))
+        plan.notes.append(f"rollouts run on {workers} Ray worker(s), each with its KV cache")
     else:
-        plan.held["policy weights (fp32 master)"] = 4 * shape.params
-    if critic:
-        frozen = shape.backbone_params * compute if lora else 0
-        plan.held["critic weights"] = frozen + 4 * (trainable - actor_trainable)
-    if cfg.algorithm.uses_reference and not lora:
-        plan.held["reference policy"] = shape.params * compute
-    if run.lean:
-        same = run.decode_dtype == torch.float32
-        copied = shape.fused_params if same else shape.params
-        plan.held[f"rollout weight copy ({str(run.decode_dtype).removeprefix('torch.')})"] = (
-            copied * decode
-        )
-    plan.held["AdamW moments (from step 1)"] = ADAM_BYTES * trainable
-    if cfg.trainer.checkpoint_async:  # the snapshot's memory is kept for the next save
-        plan.held["async checkpoint snapshot (from the first save)"] = checkpoint_size(cfg, shape)
-
-    # ---- rollout phase
-    kv_bytes = 4 if run.lean else decode
-    s, t = cfg.rollout, cfg.trainer
-    train_rows = s.num_groups * s.group_size
-    val_rows = min(t.val_batch_size, t.val_seeds * t.val_group_size)
-    workers = s.workers
-    rows_kv = [
-        (-(-train_rows // max(workers, 1)), train, "training"),
-        (-(-val_rows // max(workers, 1)), val, "validation"),
-    ]
-    kv, rows, which = max((kv_cache_bytes(shape, r, e, kv_bytes), r, w) for r, e, w in rows_kv)
-    longest = (train if which == "training" else val).max_length
-    rollout = {
-        f"KV cache ({rows} {which} episodes x {longest} tokens)": kv,
-        "decode logits": rows * shape.vocab * 4 * 2,
-    }
-    if not run.lean and run.decode_dtype != torch.float32 and not lora:
-        rollout["autocast weight copies"] = shape.params * decode
-    if workers:
-        worker = RUNTIME_BYTES + 4 * shape.params + sum(rollout.values())
-        if run.lean:
-            worker += (shape.fused_params if decode == 4 else shape.params) * decode
-        plan.processes["Ray rollout worker"] = (workers, worker)
-        plan.notes.append(f"rollouts run on {workers} Ray worker(s): their KV caches are theirs")
-    else:
-        plan.rollout.update(rollout)
-
-    # ---- update phase
-    micro = cfg.optim.micro_batch_size
-    actor_tokens, critic_tokens = _micro_tokens(micro, s.group_size, train)
-    autocast = run.compute_dtype != torch.float32
-    per_token = activation_bytes_per_token(shape, autocast, cfg.model.gradient_checkpointing)
-    plan.update["gradients (fp32)"] = GRAD_BYTES * trainable
-    plan.update[f"actor activations ({micro} episodes, {actor_tokens} tokens)"] = (
-        actor_tokens * per_token
-    )
-    if critic:
-        plan.update[f"critic activations ({critic_tokens} tokens)"] = critic_tokens * per_token
-    # The head runs on every position where any row of the micro-batch has an agent token:
-    # rows of unequal length put their turns at different positions, so up to the whole tail.
-    head_positions = min(micro * train.max_response_tokens, train.max_length - train.prompt_tokens)
-    plan.update[f"LM-head logits kept for backward ({micro} x {head_positions} positions)"] = (
-        micro * head_positions * shape.vocab * 4
-    )
-    if autocast and not lora:
-        plan.update["autocast bf16 weight copies"] = 2 * (shape.params + critic * shape.params)
-    learners = t.learners
+        plan.rollout = rollout
+    plan.update = update_parts(cfg, shape, run, train)
+    learners = cfg.trainer.learners
     if learners > 1:
         replica = sum(plan.held.values()) + sum(plan.update.values())
         plan.processes["Ray learner replica"] = (learners - 1, replica)
         plan.notes.append(f"{learners - 1} learner replica(s) each hold the models and AdamW state")
+    if workers or learners > 1:
+        plan.notes.append("Ray processes are estimated as whole processes, not measured")
     return plan
+
+
+def _decode_copy(shape: ModelShape, run: Runtime) -> int:
+    """The lean backend's weights: fused q/k/v and gate/up copies in fp32, every weight
+    in a lower decode dtype; the HF backend decodes on the training weights."""
+    import torch
+
+    if not run.lean:
+        return 0
+    copied = shape.fused_params if run.decode_dtype == torch.float32 else shape.params
+    return copied * _dtype_bytes(run.decode_dtype)
+
+
+def held_parts(cfg: Any, shape: ModelShape, run: Runtime) -> dict[str, int]:
+    """What the process holds for the whole run (AdamW's moments from the first step)."""
+    compute = _dtype_bytes(run.compute_dtype)
+    lora = cfg.model.lora.enabled
+    trainable = trainable_parameters(cfg, shape)
+    actor_trainable = shape.lora_params if lora else shape.params
+    held = {"runtime (Python, torch, transformers, tokenizer)": RUNTIME_BYTES}
+    if lora:
+        held["policy: frozen base + fp32 LoRA adapters"] = (
+            shape.params * compute + 4 * actor_trainable
+        )
+    else:
+        held["policy weights (fp32 master)"] = 4 * shape.params
+    if cfg.algorithm.uses_critic:
+        frozen = shape.backbone_params * compute if lora else 0
+        held["critic weights"] = frozen + 4 * (trainable - actor_trainable)
+    if cfg.algorithm.uses_reference and not lora:
+        held["reference policy"] = shape.params * compute
+    if run.lean:
+        dtype = str(run.decode_dtype).removeprefix("torch.")
+        held[f"rollout weight copy ({dtype})"] = _decode_copy(shape, run)
+    held["AdamW moments (from step 1)"] = ADAM_BYTES * trainable
+    if cfg.trainer.checkpoint_async:  # the snapshot's memory is kept for the next save
+        held["async checkpoint snapshot (from the first save)"] = checkpoint_size(cfg, shape)
+    return held
+
+
+def rollout_parts(
+    cfg: Any, shape: ModelShape, run: Runtime, train: EpisodeShape, val: EpisodeShape
+) -> dict[str, int]:
+    """The rollout phase: every episode of a training step (or a validation batch) is
+    played at once, so the KV cache holds all of them (split over Ray workers if any)."""
+    import torch
+
+    s, t = cfg.rollout, cfg.trainer
+    split = max(s.workers, 1)
+    kv_item = 4 if run.lean else _dtype_bytes(run.decode_dtype)  # lean: fp32 keys, values
+    train_rows = -(-s.num_groups * s.group_size // split)
+    val_rows = -(-min(t.val_batch_size, t.val_seeds * t.val_group_size) // split)
+    kv, rows, which, episode = max(
+        (kv_cache_bytes(shape, rows, episode, kv_item), rows, which, episode)
+        for rows, episode, which in ((train_rows, train, "training"), (val_rows, val, "validation"))
+    )
+    parts = {
+        f"KV cache ({rows} {which} episodes x {episode.max_length} tokens)": kv,
+        "decode logits": rows * shape.vocab * 4 * 2,
+    }
+    if not run.lean and run.decode_dtype != torch.float32 and not cfg.model.lora.enabled:
+        parts["autocast weight copies"] = shape.params * _dtype_bytes(run.decode_dtype)
+    return parts
+
+
+def update_parts(cfg: Any, shape: ModelShape, run: Runtime, train: EpisodeShape) -> dict[str, int]:
+    """The update phase: gradients and what one micro-batch's forward keeps for backward."""
+    import torch
+
+    micro = cfg.optim.micro_batch_size
+    actor_tokens, critic_tokens = _micro_tokens(micro, cfg.rollout.group_size, train)
+    autocast = run.compute_dtype != torch.float32
+    per_token = activation_bytes_per_token(shape, autocast, cfg.model.gradient_checkpointing)
+    critic = cfg.algorithm.uses_critic
+    parts = {
+        "gradients (fp32)": GRAD_BYTES * trainable_parameters(cfg, shape),
+        f"actor activations ({micro} episodes, {actor_tokens} tokens)": actor_tokens * per_token,
+    }
+    if critic:
+        parts[f"critic activations ({critic_tokens} tokens)"] = critic_tokens * per_token
+    # The head runs on every position where any row of the micro-batch has an agent token:
+    # rows of unequal length put their turns at different positions, so up to the whole tail.
+    positions = min(micro * train.max_response_tokens, train.max_length - train.prompt_tokens)
+    parts[f"LM-head logits kept for backward ({micro} x {positions} positions)"] = (
+        micro * positions * shape.vocab * 4
+    )
+    if autocast and not cfg.model.lora.enabled:
+        parts["autocast bf16 weight copies"] = 2 * shape.params * (2 if critic else 1)
+    return parts
 
 
 @dataclass(frozen=True)
@@ -467,6 +489,7 @@ def format_plan(planned: ConfigPlan, available: int) -> str:
             lines += [f"  {k:<{width}}{_gb(v):>10}" for k, v in part.items()]
     for name, (count, each) in plan.processes.items():
         lines.append(f"{name} x {count}: {_gb(each)} each")
+    lines += [f"note: {note}" for note in plan.notes]
     disk = checkpoint_size(cfg, planned.shape)
     lines.append(f"one checkpoint on disk: {_gb(disk)} ({cfg.trainer.checkpoint_contents})")
     lines.append(
