@@ -81,6 +81,27 @@ def test_a_lost_learner_stops_the_run_with_one_line_and_resume_continues(
     assert [m["step"] for m in read_metrics(tmp_path)] == [0, 1, 2, 3]
 
 
+def test_an_error_of_the_drivers_own_update_is_not_called_a_lost_learner(
+    ray_cluster, tmp_path: Path, bigram_model, make_bandit_config, monkeypatch
+):
+    """Every RuntimeError used to read "a learner was lost"; with both learners alive, the
+    driver's own error (here a fake out-of-memory) is raised as it is."""
+    from starpo.trainer import loop
+
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError("DefaultCPUAllocator: not enough memory")
+
+    monkeypatch.setattr(loop, "ppo_update", out_of_memory)
+    cfg = make_bandit_config("grpo", total_steps=1, **{"trainer.learners": "2"})
+    model, tokenizer = bigram_model()
+    trainer = Trainer(cfg, tmp_path, quiet=True, model=model, tokenizer=tokenizer)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="not enough memory") as raised:
+        trainer.train()
+    assert not isinstance(raised.value, UserError)
+    assert trainer.learners is None and time.monotonic() - started < 60
+
+
 def test_workers_and_learners_beyond_the_clusters_cpus_stop_with_one_line(
     ray_cluster, tmp_path: Path, bigram_model, make_bandit_config, monkeypatch
 ):

@@ -156,6 +156,18 @@ class Learners:
         pending, self._pending = self._pending, []
         ray.get(pending)
 
+    def any_dead(self, timeout_s: float = 5.0) -> bool:
+        """Whether a learner's process is gone. A live learner that is busy (waiting in an
+        all-reduce the driver left) does not answer in time and counts as alive."""
+        ray = import_ray()
+        pings = [r.ready.remote() for r in self.replicas]
+        answered, _ = ray.wait(pings, num_returns=len(pings), timeout=timeout_s)
+        try:
+            ray.get(answered)
+        except ray.exceptions.RayActorError:
+            return True
+        return False
+
     def close(self) -> None:
         ray = import_ray()
         for replica in self.replicas:

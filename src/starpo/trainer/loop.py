@@ -399,6 +399,10 @@ class Trainer:
             )  # fmt: skip
             self.learners.finish_update()
         except (RuntimeError, ray.exceptions.RayError) as exc:
+            # gloo reports a dead peer as a plain RuntimeError ("Connection reset by peer"):
+            # without a dead learner, the error is the driver's own and is raised as it is.
+            if not isinstance(exc, ray.exceptions.RayError) and not self.learners.any_dead():
+                raise
             reason = first_line(exc)[:200]
             saved = latest_checkpoint(self.run_dir)
             last = saved.name if saved is not None else "none yet: it starts over"
