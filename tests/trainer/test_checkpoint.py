@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 
 import numpy as np
@@ -165,6 +166,19 @@ def test_crash_before_the_rename_leaves_no_picked_checkpoint(tmp_path, monkeypat
     (tmp_path / "checkpoints" / ".tmp-step_000006-999999999").mkdir()
     save_checkpoint(tmp_path, 7, {"step": 7}, keep=5)
     assert _steps(tmp_path) == ["step_000007"]
+
+
+def test_resuming_sweeps_folders_a_killed_run_left_half_removed(tmp_path):
+    """A kill while an old checkpoint is deleted leaves `.old-step_N-PID`; a resumed run may
+    finish without saving again, so finding the resume point sweeps them (found by CI)."""
+    last = save_checkpoint(tmp_path, 2, {"step": 2}, keep=1)
+    checkpoints = tmp_path / "checkpoints"
+    (checkpoints / ".old-step_000001-999999999").mkdir()  # a dead process's
+    (checkpoints / ".tmp-step_000003-999999999").mkdir()
+    alive = checkpoints / f".tmp-step_000003-{os.getppid()}"  # a live process's: kept
+    alive.mkdir()
+    assert find_resume_point(tmp_path) == last
+    assert sorted(p.name for p in checkpoints.iterdir()) == [alive.name, "step_000002"]
 
 
 def test_truncated_state_is_skipped_with_one_warning(tmp_path, capsys):

@@ -151,11 +151,13 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _remove_stale_temps(checkpoints: Path) -> None:
-    """Temp folders of failed saves only take disk space.
+    """Temp folders of failed saves and removals only take disk space.
 
     Ours are stale too (this process saves one checkpoint at a time); another live
     process's are left alone.
     """
+    if not checkpoints.is_dir():
+        return
     for path in checkpoints.iterdir():
         match = _TEMP_DIR.fullmatch(path.name)
         if match:
@@ -280,7 +282,12 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def find_resume_point(run_dir: Path) -> Path:
-    """The checkpoint `--resume` continues from; a UserError when there is none."""
+    """The checkpoint `--resume` continues from; a UserError when there is none.
+
+    Folders a killed run left half-written or half-removed are deleted first: a resumed
+    run may finish without another save, which is where they are otherwise cleaned up.
+    """
+    _remove_stale_temps(runs.RunFolder(run_dir).checkpoints)
     folder = latest_checkpoint(run_dir)
     if folder is None:
         raise UserError(
