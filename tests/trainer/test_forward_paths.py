@@ -150,3 +150,29 @@ def test_packing_pays_for_short_tails_not_for_long_ones(prompt_batch):
     assert not forward.packing_pays(model, long, forward.shared_prefix_length(long))
     model.config.sliding_window = 4096  # a custom mask would drop the window
     assert not forward.packing_pays(model, bandit, forward.shared_prefix_length(bandit))
+
+
+def test_gathered_rows_have_the_same_gradient_in_every_run():
+    """Found on the 135M bandit: identical runs drifted apart from their first update. The
+    packed path gathered hidden states with repeated indices (every row reads the prompt's
+    last token), and advanced indexing's backward summed the repeats with atomic adds that
+    race on a multi-threaded CPU (here ~9 in 10 runs differed in their last bits)."""
+    g = torch.Generator().manual_seed(0)
+    states, grad = torch.randn(200, 576, generator=g), torch.randn(8, 40, 576, generator=g)
+    index = torch.randint(0, 200, (8, 40), generator=g)
+    index[:, :3] = 5  # repeats, as the shared prompt's last position in every row
+    assert torch.equal(forward.gather_rows(states, index), states[index])
+    rows = states.view(4, 50, 576)  # (B, T, H) at positions along dim 1
+    positions = torch.tensor([3, 7, 7, 49])
+    assert torch.equal(forward.gather_rows(rows, positions, dim=1), rows[:, positions])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        runs = []
+        for _ in range(40):
+            leaf = states.clone().requires_grad_()
+            (forward.gather_rows(leaf, index) * grad).sum().backward()
+            runs.append(leaf.grad)
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(run, runs[0]) for run in runs[1:])

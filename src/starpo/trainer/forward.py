@@ -22,6 +22,18 @@ MIN_SHARED_PREFIX = 16
 PLAIN_HEAD_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 
 
+def gather_rows(states: torch.Tensor, index: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """`states` at `index` (any shape) along `dim`, e.g. (L, H) at (B, K) -> (B, K, H).
+
+    `index_select`, not advanced indexing: when an index repeats (every row reads the
+    shared prompt's last token), advanced indexing's backward sums the repeats with atomic
+    adds that race across CPU threads, so gradients changed in their last bits from run
+    to run and identical runs drifted apart; `index_select`'s backward adds them in order.
+    """
+    picked = states.index_select(dim, index.reshape(-1))
+    return picked.unflatten(dim, index.shape)
+
+
 def shared_prefix_length(batch: TrainBatch) -> int:
     """Tokens at the start that every row has in common (all rollouts of a group begin with
     the same prompt), capped so every row keeps at least one token after it."""
@@ -196,7 +208,7 @@ def hidden_at(
             attention_mask=batch.attention_mask,
             use_cache=False,
         )
-        return out.last_hidden_state[:, positions]
+        return gather_rows(out.last_hidden_state, positions, dim=1)
     if packing_pays(model, batch, prefix):
         return _packed_hidden_at(model, batch, positions, prefix, grad_sink)
     # One embedding lookup for the prefix and every row's tail: one gradient for it.
@@ -213,7 +225,7 @@ def hidden_at(
         if cache is not None:
             kwargs[name] = cache
         out = decoder(inputs_embeds=parts[part], **kwargs)
-        return out.last_hidden_state[:, keep], out.get(name)
+        return gather_rows(out.last_hidden_state, keep, dim=1), out.get(name)
 
     return _shared_prefix_pass(batch, positions, prefix, run)
 
@@ -344,7 +356,7 @@ def _packed_hidden_at(
         position_ids=packed.positions.unsqueeze(0),
         use_cache=False,
     )
-    return out.last_hidden_state[0][packed_index(packed, batch, positions)]  # (B, K, H)
+    return gather_rows(out.last_hidden_state[0], packed_index(packed, batch, positions))
 
 
 def _compute_dtype(weight: torch.Tensor) -> torch.dtype:
