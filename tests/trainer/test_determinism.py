@@ -1,5 +1,6 @@
-"""The same command trains the same run: the embedded 135M model on the bandit preset,
-twice in one process, logs bitwise the same metrics and ends with the same weights.
+"""The same command trains the same run, resumed or not: the embedded 135M model on the
+demo's bandit preset logs bitwise the same metrics and ends with the same weights whether
+it runs two steps straight or stops after one and is resumed from its checkpoint.
 
 Tiny test models never showed the race this guards against (their batches are too small
 for the CPU's parallel kernels); the real model at the demo's batch shape did, within one
@@ -17,7 +18,7 @@ from starpo.config import load_config
 from starpo.trainer.loop import Trainer
 from starpo.trainer.sinks import read_metrics
 
-pytestmark = pytest.mark.slow  # two short runs of the real default model (~1 min)
+pytestmark = pytest.mark.slow  # two short runs of the real default model (~1.5 min)
 
 OVERRIDES = [
     "rollout.num_groups=4",  # 4 seeds x 8 rollouts; the top half by reward std is kept:
@@ -26,7 +27,8 @@ OVERRIDES = [
     "trainer.total_steps=2",
     "trainer.val_before_train=false",
     "trainer.val_every=0",
-    "trainer.save_every=0",
+    "trainer.save_every=1",
+    "trainer.keep_checkpoints=1",
     "trainer.tensorboard=false",
     "trainer.log_trajectories=0",
 ]
@@ -36,15 +38,26 @@ def _timeless(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith(("timing_s/", "perf/"))} for r in rows]
 
 
-def test_the_demo_preset_trains_bitwise_the_same_twice(tmp_path: Path, default_model):
+def test_the_demo_preset_trains_bitwise_the_same_straight_and_resumed(
+    tmp_path: Path, default_model
+):
     model, tokenizer = default_model
     cfg = load_config("cpu-bandit-starpo-s", OVERRIDES)
-    runs = []
-    for name in ("first", "second"):
-        policy = copy.deepcopy(model)
-        Trainer(cfg, tmp_path / name, quiet=True, model=policy, tokenizer=tokenizer).train()
-        runs.append((_timeless(read_metrics(tmp_path / name)), policy.state_dict()))
-    (metrics, weights), (metrics_again, weights_again) = runs
+
+    def trainer(folder: Path, resume: bool = False) -> tuple[Trainer, torch.nn.Module]:
+        policy = copy.deepcopy(model)  # what a fresh process would load
+        run = Trainer(cfg, folder, resume=resume, quiet=True, model=policy, tokenizer=tokenizer)
+        return run, policy
+
+    straight, straight_policy = trainer(tmp_path / "straight")
+    straight.train()
+    split, _ = trainer(tmp_path / "split")
+    split.train(until_step=1)
+    resumed, resumed_policy = trainer(tmp_path / "split", resume=True)
+    resumed.train()
+
+    metrics = _timeless(read_metrics(tmp_path / "straight"))
     assert [r["step"] for r in metrics] == [1, 2]
-    assert metrics_again == metrics
-    assert all(torch.equal(weights_again[k], weights[k]) for k in weights)
+    assert _timeless(read_metrics(tmp_path / "split")) == metrics
+    weights, again = straight_policy.state_dict(), resumed_policy.state_dict()
+    assert all(torch.equal(again[k], weights[k]) for k in weights)
