@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from run_metrics import comparable
 
 from starpo.trainer.checkpoint import checkpoint_bytes, latest_checkpoint, load_checkpoint
 from starpo.trainer.loop import Trainer
@@ -16,13 +17,6 @@ from starpo.trainer.sinks import read_metrics
 pytestmark = pytest.mark.slow  # end-to-end Trainer.train() runs
 
 QUIET_VAL = {"trainer.val_every": "2", "trainer.val_seeds": "8"}
-
-
-def _comparable(rows: list[dict]) -> list[dict]:
-    """Metrics that must match exactly between runs (not timings or throughput)."""
-    return [
-        {k: v for k, v in row.items() if not k.startswith(("timing_s/", "perf/"))} for row in rows
-    ]
 
 
 def _trainer(run_dir: Path, cfg, bigram_model, *, resume=False, unfreeze=False) -> Trainer:
@@ -64,8 +58,8 @@ def test_async_checkpoints_log_the_same_run_and_resume_exactly(
     )
     _trainer(tmp_path / "sync", sync_cfg, bigram_model).train()
     history = _trainer(tmp_path / "async", async_cfg, bigram_model).train()
-    expected = _comparable(read_metrics(tmp_path / "sync"))
-    assert _comparable(read_metrics(tmp_path / "async")) == expected
+    expected = comparable(read_metrics(tmp_path / "sync"))
+    assert comparable(read_metrics(tmp_path / "async")) == expected
     a = load_checkpoint(latest_checkpoint(tmp_path / "sync"))
     b = load_checkpoint(latest_checkpoint(tmp_path / "async"))
     assert a["step"] == b["step"] == 4
@@ -81,7 +75,7 @@ def test_async_checkpoints_log_the_same_run_and_resume_exactly(
     split = tmp_path / "split"
     _trainer(split, async_cfg, bigram_model).train(until_step=2)
     _trainer(split, async_cfg, bigram_model, resume=True).train()
-    assert _comparable(read_metrics(split)) == expected
+    assert comparable(read_metrics(split)) == expected
 
 
 def _one_step(run_dir: Path, make_bandit_config, bigram_model, contents: str, **extra):

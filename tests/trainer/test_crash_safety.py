@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from run_metrics import comparable
 from safetensors.torch import load_file
 
 pytestmark = pytest.mark.slow  # training subprocesses
@@ -70,7 +71,7 @@ def _metrics(out: Path) -> list[dict]:
     raw = (out / "metrics.jsonl").read_bytes()
     assert raw.endswith(b"\n"), "the last metrics line is torn"
     rows = [json.loads(line) for line in raw.decode("utf-8").splitlines()]
-    return [{k: v for k, v in r.items() if not k.startswith(("timing_s/", "perf/"))} for r in rows]
+    return comparable(rows)
 
 
 @pytest.mark.parametrize("checkpoint_async", [False, True], ids=["sync", "async"])

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_metrics import comparable
 
 from starpo.config import load_config
 from starpo.trainer.loop import Trainer
@@ -34,10 +35,6 @@ OVERRIDES = [
 ]
 
 
-def _timeless(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if not k.startswith(("timing_s/", "perf/"))} for r in rows]
-
-
 def test_the_demo_preset_trains_bitwise_the_same_straight_and_resumed(
     tmp_path: Path, default_model
 ):
@@ -56,8 +53,8 @@ def test_the_demo_preset_trains_bitwise_the_same_straight_and_resumed(
     resumed, resumed_policy = trainer(tmp_path / "split", resume=True)
     resumed.train()
 
-    metrics = _timeless(read_metrics(tmp_path / "straight"))
+    metrics = comparable(read_metrics(tmp_path / "straight"))
     assert [r["step"] for r in metrics] == [1, 2]
-    assert _timeless(read_metrics(tmp_path / "split")) == metrics
+    assert comparable(read_metrics(tmp_path / "split")) == metrics
     weights, again = straight_policy.state_dict(), resumed_policy.state_dict()
     assert all(torch.equal(again[k], weights[k]) for k in weights)

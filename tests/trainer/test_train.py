@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_metrics import comparable
 
 from starpo.trainer.loop import Trainer
 from starpo.trainer.sinks import read_metrics
@@ -58,13 +59,6 @@ def test_training_raises_reward_and_changes_parameters(
     assert all(h["perf/checkpoint_s"] >= 0 for h in saved)
 
 
-def _comparable(rows: list[dict]) -> list[dict]:
-    """Metrics that must match exactly between runs (not timings or throughput)."""
-    return [
-        {k: v for k, v in row.items() if not k.startswith(("timing_s/", "perf/"))} for row in rows
-    ]
-
-
 @pytest.mark.parametrize("adv_estimator", ["grpo", "gae"])
 def test_resume_logs_the_same_metrics_as_an_uninterrupted_run(
     tmp_path: Path, adv_estimator, bigram_model, make_bandit_config
@@ -83,7 +77,7 @@ def test_resume_logs_the_same_metrics_as_an_uninterrupted_run(
     model, tokenizer = bigram_model()  # a fresh process would rebuild the initial model
     Trainer(cfg, split, resume=True, quiet=True, model=model, tokenizer=tokenizer).train()
 
-    assert _comparable(read_metrics(split)) == _comparable(read_metrics(straight))
+    assert comparable(read_metrics(split)) == comparable(read_metrics(straight))
     final_a = json.loads((straight / "final" / "config.json").read_text())
     assert final_a == json.loads((split / "final" / "config.json").read_text())
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_metrics import comparable
 
 from starpo.config import load_config
 from starpo.errors import UserError
@@ -15,11 +16,6 @@ from starpo.trainer.sinks import read_metrics
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow  # end-to-end Trainer.train() runs
-
-
-def _numbers(rows: list[dict]) -> list[dict]:
-    skip = ("timing_s/", "perf/")
-    return [{k: v for k, v in row.items() if not k.startswith(skip)} for row in rows]
 
 
 def test_two_learners_train_as_one_on_the_same_batches(
@@ -41,7 +37,7 @@ def test_two_learners_train_as_one_on_the_same_batches(
     (one, weight_one), (two, weight_two) = results[1], results[2]
     assert not torch.equal(weight_one, torch.zeros_like(weight_one))
     torch.testing.assert_close(weight_two, weight_one, rtol=1e-5, atol=1e-6)
-    rows_one, rows_two = _numbers(one), _numbers(two)
+    rows_one, rows_two = comparable(one), comparable(two)
     assert [sorted(r) for r in rows_two] == [sorted(r) for r in rows_one]
     for a, b in zip(rows_one, rows_two, strict=True):
         for key in a:
