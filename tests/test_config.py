@@ -349,6 +349,16 @@ def test_direct_construction_is_validated_and_coerced():
         (["filter.ratio=0"], "filter.ratio must be > 0.0 and <= 1.0"),
         (["filter.ratio=1.5"], "filter.ratio must be > 0.0 and <= 1.0"),
         (["algorithm.adv_estimator=grpo", "rollout.group_size=1"], "set rollout.group_size >= 2"),
+        (
+            ["algorithm.adv_estimator=gigpo", "rollout.group_size=1"],
+            "adv_estimator=gigpo normalises within a group; set rollout.group_size >= 2",
+        ),
+        (
+            ["algorithm.adv_estimator=grpo", "algorithm.reward_placement=per_turn"],
+            "reward_placement=per_turn has no effect with adv_estimator=grpo",
+        ),
+        (["algorithm.gamma_step=1.5"], "algorithm.gamma_step must be"),
+        (["algorithm.step_weight=-1"], "algorithm.step_weight must be >= 0"),
         (["rollout.group_size=6"], "optim.mini_batch_size=32 does not divide the 48 trajectories"),
         (["filter.enabled=true", "rollout.group_size=8"], "does not divide the 16 trajectories"),
         (
@@ -367,7 +377,7 @@ def test_direct_construction_is_validated_and_coerced():
         ),
         (
             ["algorithm.adv_estimator=ppo"],
-            "algorithm.adv_estimator must be one of gae, grpo, bi_level_gae",
+            "algorithm.adv_estimator must be one of gae, grpo, bi_level_gae, gigpo",
         ),
         (["algorithm.adv_estimator=gpro"], "did you mean algorithm.adv_estimator=grpo?"),
         (["algorithm.loss_agg=mean"], "algorithm.loss_agg must be one of"),

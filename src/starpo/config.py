@@ -191,7 +191,8 @@ class AlgorithmConfig(ConfigSection):
 
     adv_estimator: str = _f(
         "gae",
-        "gae: PPO with a critic; grpo: group-normalised reward; bi_level_gae: turn then token.",
+        "gae: PPO with a critic; grpo: group-normalised reward; bi_level_gae: turn then "
+        "token, with a critic; gigpo: grpo plus step-level credit over recurring env states.",
         choices=ADVANTAGE_ESTIMATORS,
     )
     gamma: float = _f(1.0, "GAE discount.", ge=0.0, le=1.0)
@@ -201,11 +202,21 @@ class AlgorithmConfig(ConfigSection):
     gamma_token: float = _f(1.0, "bi_level_gae: discount within a turn.", ge=0.0, le=1.0)
     lam_token: float = _f(1.0, "bi_level_gae: lambda within a turn.", ge=0.0, le=1.0)
     whiten_advantages: bool = _f(True, "Whiten advantages over the masked tokens.")
-    grpo_eps: float = _f(1e-6, "GRPO: (R - mean) / (std + grpo_eps).", gt=0.0)
+    grpo_eps: float = _f(1e-6, "GRPO, GiGPO: (R - mean) / (std + grpo_eps).", gt=0.0)
+    norm_by_std: bool = _f(
+        True,
+        "grpo, gigpo: divide by the group's reward std; false = only centre (Dr. GRPO, "
+        "GiGPO's mean-only variant).",
+    )
+    gamma_step: float = _f(
+        0.95, "gigpo: discount of a turn's return to the episode's end.", ge=0.0, le=1.0
+    )
+    step_weight: float = _f(1.0, "gigpo: A = A_episode + step_weight x A_step (0 = GRPO).", ge=0.0)
     reward_placement: str = _f(
         "trajectory",
         "Reward on the last assistant token, or each turn's on that turn's last token "
-        "(gae only: bi_level_gae always uses per-turn rewards, grpo the trajectory's).",
+        "(gae only: bi_level_gae and gigpo always use per-turn rewards, grpo the "
+        "trajectory's).",
         choices=("trajectory", "per_turn"),
     )
     clip_low: float = _f(0.2, "PPO clip: ratio >= 1 - clip_low.", ge=0.0)
@@ -416,10 +427,18 @@ class TrainConfig(ConfigSection):
         return self.groups_kept_per_step * self.rollout.group_size
 
     def _check(self) -> None:
-        if self.algorithm.adv_estimator == "grpo" and self.rollout.group_size < 2:
+        estimator = self.algorithm.adv_estimator
+        facts = ADVANTAGE_ESTIMATORS.info(estimator)
+        if facts.get("groups") and self.rollout.group_size < 2:
             raise UserError(
-                "algorithm.adv_estimator=grpo: GRPO normalises within a group; "
+                f"algorithm.adv_estimator={estimator} normalises within a group; "
                 "set rollout.group_size >= 2"
+            )
+        if self.algorithm.reward_placement == "per_turn" and not facts.get("rewards"):
+            raise UserError(
+                f"algorithm.reward_placement=per_turn has no effect with "
+                f"adv_estimator={estimator}, which scores whole trajectories; remove it, or "
+                "use gigpo (per-turn credit without a critic) or gae / bi_level_gae (with one)"
             )
         batch, mini = self.trajectories_per_step, self.optim.mini_batch_size
         if batch % mini:

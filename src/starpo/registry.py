@@ -85,13 +85,20 @@ def _registry(kind: str, entries: dict[str, tuple[str, dict[str, Any]]]) -> Regi
 _ADV = "starpo.algorithms.advantages"
 _LOSS = "starpo.algorithms.losses"
 
-#: (inputs, params) -> (advantages, returns); info: critic = needs a value model.
+#: (inputs, params) -> (advantages, returns). info: critic = needs a value model; groups =
+#: normalises within env groups (needs rollout.group_size >= 2); rewards = what it reads:
+#: "placement" (token rewards as algorithm.reward_placement puts them), "per_turn" (each
+#: turn's reward on its own turn), absent = the trajectory's total only.
 ADVANTAGE_ESTIMATORS = _registry(
     "advantage estimator",
     {
-        "gae": (f"{_ADV}:gae_estimator", {"critic": True}),
-        "grpo": (f"{_ADV}:grpo_estimator", {"critic": False}),
-        "bi_level_gae": (f"{_ADV}:bi_level_estimator", {"critic": True}),
+        "gae": (f"{_ADV}:gae_estimator", {"critic": True, "rewards": "placement"}),
+        "grpo": (f"{_ADV}:grpo_estimator", {"critic": False, "groups": True}),
+        "bi_level_gae": (f"{_ADV}:bi_level_estimator", {"critic": True, "rewards": "per_turn"}),
+        "gigpo": (
+            f"{_ADV}:gigpo_estimator",
+            {"critic": False, "groups": True, "rewards": "per_turn"},
+        ),
     },
 )
 

@@ -82,6 +82,9 @@ class Turn:
     response_tokens: int = 0
     think_tokens: int = 0
     finish_reason: str = "stop"  # "stop" or "length" (hit the per-turn token budget)
+    # Digest of the env's `state_key()` when the turn started: equal digests in one env
+    # group = the same env state (GiGPO's anchor states). "" = unknown (older records).
+    state_key: str = ""
 
 
 @dataclass

@@ -300,4 +300,4 @@ def test_compute_advantages_errors(batch_factory):
             compute_advantages(name, no_critic)
     with pytest.raises(ValueError, match="group_ids"):
         compute_advantages("grpo", no_critic)
-    assert set(ADVANTAGE_ESTIMATORS) == {"gae", "grpo", "bi_level_gae"}
+    assert set(ADVANTAGE_ESTIMATORS) == {"gae", "grpo", "bi_level_gae", "gigpo"}

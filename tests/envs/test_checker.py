@@ -78,8 +78,20 @@ class StatefulInvalidEnv(CounterEnv):
         return super().step(action)
 
 
+class SetKeyEnv(CounterEnv):
+    def state_key(self) -> Any:
+        return frozenset({self.count})  # a set's repr order is not fixed across processes
+
+
+class ClockKeyEnv(CounterEnv):
+    def state_key(self) -> Any:
+        import time
+
+        return (self.count, time.perf_counter_ns())  # never equal twice
+
+
 def test_minimal_correct_env_passes():
-    assert len(check_env(CounterEnv())) == 7
+    assert len(check_env(CounterEnv())) == 8
 
 
 @pytest.mark.parametrize(
@@ -89,6 +101,8 @@ def test_minimal_correct_env_passes():
         (RewardOutOfRangeEnv, "outside reward_range"),
         (RaisingActionEnv, "raised"),
         (StatefulInvalidEnv, "changed the state"),
+        (SetKeyEnv, "state_key.. must return a str, an int or a tuple"),
+        (ClockKeyEnv, "different state keys"),
     ],
 )
 def test_checker_catches_broken_envs(env_class: type[TextEnv], fragment: str):
@@ -107,3 +121,13 @@ def test_step_after_episode_end_asks_for_reset():
     env.step(env.action_names[0])
     with pytest.raises(RuntimeError, match="reset"):
         env.step(env.action_names[0])
+
+
+def test_state_digest_is_stable_and_refuses_unstable_keys():
+    from starpo.envs.base import state_digest
+    from starpo.errors import UserError
+
+    assert state_digest(("a", 1)) == state_digest(("a", 1)) != state_digest(("a", 2))
+    assert len(state_digest("grid")) == 16
+    with pytest.raises(UserError, match="returned a frozenset"):
+        state_digest(frozenset({1}))

@@ -249,3 +249,27 @@ def test_all_invalid_turns_leave_the_budget_untouched(scripted_backend):
     assert [t.num_invalid for t in traj.turns] == [2, 1, 0]
     assert all(t.format_penalty == pytest.approx(-0.1) for t in traj.turns[:2])
     assert traj.turns[2].executed == ["Up", "Left"]  # the budget of 2 stops before "Down"
+
+
+def test_each_turn_records_the_state_key_it_started_from(scripted_backend):
+    """Turn.state_key is the digest of env.state_key() before the turn's actions: equal in a
+    group at turn 1, equal again where scripted rollouts meet the same state."""
+    from starpo.envs.base import state_digest
+
+    tokenizer = load_tokenizer()
+    moves = {0: ["Up", "Down"], 1: ["Down", "Down"], 2: ["Up", "Down"]}  # sessions 0, 2 alike
+
+    def script(session: int, turn: int) -> str:
+        return f"<answer>{moves[session][turn - 1]}</answer><|im_end|>"
+
+    settings = RolloutSettings(max_turns=2, max_actions_per_turn=1, think=False)
+    engine = RolloutEngine(scripted_backend(tokenizer, script), tokenizer, settings)
+    trajectories = engine.run("sokoban", [10003], group_size=3)
+    env = make("sokoban")
+    env.reset(seed=10003)
+    for traj in trajectories:
+        assert traj.turns[0].state_key == state_digest(env.state_key())
+        assert all(turn.state_key == state_digest(turn.state) for turn in traj.turns)
+    keys = [[turn.state_key for turn in traj.turns] for traj in trajectories]
+    assert keys[0] == keys[2]
+    assert Trajectory.from_json(trajectories[0].to_json()).turns[1].state_key == keys[0][1]

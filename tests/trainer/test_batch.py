@@ -153,3 +153,14 @@ def test_a_trajectory_without_turns_gets_no_reward(per_turn):
     assert batch.token_rewards[2].abs().sum() == 0
     assert batch.turn_ends[2].tolist() == [-1, -1]
     assert batch.scores[2] == 0
+
+
+def test_turn_states_number_equal_state_keys_alike_and_unknown_ones_minus_one():
+    a, b = _trajectories()
+    a.turns[0].state_key, a.turns[1].state_key = "k1", "k2"
+    b.turns[0].state_key = "k1"
+    c = Trajectory(env_id="bandit", seed=3, group=1, turns=[_turn(0.0)], token_ids=[1, 2],
+                   loss_mask=[0, 1], logprobs=[0.0, -0.1], turn_ends=[1])  # fmt: skip
+    batch = build_batch([a, b, c], PAD, per_turn_rewards=False)  # c's key "": unknown
+    assert batch.turn_states.tolist() == [[0, 1], [0, -1], [-1, -1]]
+    assert batch.select([2, 0]).turn_states.tolist() == [[-1, -1], [0, 1]]

@@ -32,6 +32,7 @@ VARIANTS = {
         "algorithm.adv_estimator": "bi_level_gae",
         "algorithm.reward_placement": "per_turn",
     },
+    "gigpo-mean-only": {"algorithm.adv_estimator": "gigpo", "algorithm.norm_by_std": "false"},
     "dual-clip-seq-mean-2-epochs": {
         "algorithm.dual_clip": "3.0",
         "algorithm.loss_agg": "seq_mean_token_mean",

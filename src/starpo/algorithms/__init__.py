@@ -14,7 +14,10 @@ from starpo.algorithms.advantages import (
     bi_level_gae,
     compute_advantages,
     gae_advantages,
+    gigpo_advantages,
+    group_normalise,
     grpo_advantages,
+    recurring_turn_share,
 )
 from starpo.algorithms.filtering import FILTER_MODES, FilterResult, filter_groups, num_kept
 from starpo.algorithms.head import head_logprobs
@@ -50,7 +53,9 @@ __all__ = [
     "explained_variance",
     "filter_groups",
     "gae_advantages",
+    "gigpo_advantages",
     "grpo_advantages",
+    "group_normalise",
     "head_logprobs",
     "kl_penalty",
     "masked_mean",
@@ -61,6 +66,7 @@ __all__ = [
     "pad_turns",
     "place_rewards",
     "ppo_policy_loss",
+    "recurring_turn_share",
     "token_logprobs",
     "turn_sums",
     "truncated_is_weights",

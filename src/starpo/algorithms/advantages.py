@@ -1,4 +1,5 @@
-"""Advantage estimators for StarPO: token-level GAE, GRPO, and bi-level (turn/token) GAE.
+"""Advantage estimators for StarPO: token-level GAE, GRPO, bi-level (turn/token) GAE, and
+GiGPO (episode- plus step-level group credit, no critic).
 
 Conventions: B sequences of T tokens, right-padded; `mask` (B, T) is 1 on agent-generated
 tokens only. Prompt, observation and padding tokens are not time steps of the agent: the
@@ -24,8 +25,10 @@ __all__ = [
     "AdvantageParams",
     "bi_level_gae",
     "compute_advantages",
+    "gigpo_advantages",
     "gae_advantages",
     "grpo_advantages",
+    "group_normalise",
     "masked_mean",
     "masked_var",
     "masked_whiten",
@@ -73,6 +76,28 @@ def gae_advantages(
     return advantages, returns
 
 
+def group_normalise(
+    values: Tensor, group_ids: Tensor, eps: float = 1e-6, norm_by_std: bool = True
+) -> Tensor:
+    """(N,) values -> (x - mean_g) / (std_g + eps) within each group g of equal `group_ids`
+    (norm_by_std=False: x - mean_g). std_g is the unbiased sample std (Bessel's correction,
+    torch.std's default, as in RAGEN/verl). A group whose values are all equal, including a
+    group of one, gets exactly 0 (not NaN and not a rounding residue divided by eps)."""
+    _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    n_groups = counts.numel()
+    counts = counts.to(values.dtype)  # (G,)
+    mean = values.new_zeros(n_groups).index_add_(0, inverse, values) / counts  # (G,)
+    dev = values - mean[inverse]  # (N,)
+    sum_sq = values.new_zeros(n_groups).index_add_(0, inverse, dev * dev)  # (G,)
+    std = (sum_sq / (counts - 1).clamp(min=1)).sqrt()  # (G,)
+    # Constant groups are detected exactly with max == min, not with std == 0, because a
+    # float mean of equal values can differ from them in the last bit.
+    gmax = values.new_full((n_groups,), -torch.inf).scatter_reduce(0, inverse, values, "amax")
+    gmin = values.new_full((n_groups,), torch.inf).scatter_reduce(0, inverse, values, "amin")
+    out = dev / (std[inverse] + eps) if norm_by_std else dev  # (N,)
+    return torch.where((gmax == gmin)[inverse], values.new_zeros(()), out)
+
+
 @torch.no_grad()
 def grpo_advantages(
     scores: Tensor, group_ids: Tensor, mask: Tensor, eps: float = 1e-6, norm_by_std: bool = True
@@ -81,26 +106,12 @@ def grpo_advantages(
 
         A_i = (R_i - mean_g) / (std_g + eps)     (norm_by_std=False: A_i = R_i - mean_g)
 
-    over the group g of trajectories sharing i's group id (same initial state). std_g is the
-    unbiased sample std (Bessel's correction, torch.std's default, as in RAGEN/verl). A group
-    whose scores are all equal, including a group of one, gets A = 0 exactly (not NaN and
-    not a rounding residue divided by eps). Returns (B, T), zero off the mask.
+    over the group g of trajectories sharing i's group id (same initial state); see
+    `group_normalise` (unbiased std; a constant group or a group of one gets A = 0 exactly).
+    Returns (B, T), zero off the mask.
     """
-    _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
-    n_groups = counts.numel()
-    counts = counts.to(scores.dtype)  # (G,)
-    mean = scores.new_zeros(n_groups).index_add_(0, inverse, scores) / counts  # (G,)
-    dev = scores - mean[inverse]  # (B,)
-    sum_sq = scores.new_zeros(n_groups).index_add_(0, inverse, dev * dev)  # (G,)
-    std = (sum_sq / (counts - 1).clamp(min=1)).sqrt()  # (G,)
-    # Constant groups are detected exactly with max == min, not with std == 0, because a
-    # float mean of equal values can differ from them in the last bit.
-    gmax = scores.new_full((n_groups,), -torch.inf).scatter_reduce(0, inverse, scores, "amax")
-    gmin = scores.new_full((n_groups,), torch.inf).scatter_reduce(0, inverse, scores, "amin")
-    adv = dev / (std[inverse] + eps) if norm_by_std else dev  # (B,)
-    zero = scores.new_zeros(())
-    adv = torch.where((gmax == gmin)[inverse], zero, adv)
-    return torch.where(mask.bool(), adv[:, None], zero)  # (B, T)
+    adv = group_normalise(scores, group_ids, eps, norm_by_std)  # (B,)
+    return torch.where(mask.bool(), adv[:, None], scores.new_zeros(()))  # (B, T)
 
 
 def _turn_end_maps(turn_rewards: Tensor, turn_ends: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -181,6 +192,94 @@ def bi_level_gae(
     return advantages, returns
 
 
+def discounted_turn_returns(turn_rewards: Tensor, turn_ends: Tensor, gamma: float) -> Tensor:
+    """Each turn's discounted return from there to the episode's end, (B, K):
+
+    G_k = r_k + gamma * G_{k+1}     (G = 0 past the last turn; 0 on -1-padded turns)
+    """
+    valid = turn_ends >= 0  # (B, K); padding only at the end of a row
+    returns = torch.zeros_like(turn_rewards)  # (B, K)
+    running = turn_rewards.new_zeros(turn_rewards.shape[0])  # (B,) G_{k+1}
+    zero = turn_rewards.new_zeros(())
+    for k in reversed(range(turn_rewards.shape[1])):
+        running = torch.where(valid[:, k], turn_rewards[:, k] + gamma * running, zero)
+        returns[:, k] = running
+    return returns
+
+
+def anchor_ids(group_ids: Tensor, turn_states: Tensor, valid: Tensor) -> Tensor:
+    """One id per valid turn (row-major over `valid`, (N,)): turns of the same env group that
+    start from the same env state (`turn_states`, (B, K) ids) share an id. A turn whose state
+    is unknown (id < 0) is an anchor group of its own."""
+    groups = group_ids[:, None].expand_as(turn_states)[valid]  # (N,)
+    states = turn_states[valid]  # (N,)
+    unique_negative = -1 - torch.arange(states.numel(), device=states.device)
+    states = torch.where(states < 0, unique_negative, states)
+    _, ids = torch.unique(torch.stack([groups, states], dim=1), dim=0, return_inverse=True)
+    return ids
+
+
+def spread_over_turns(turn_values: Tensor, turn_ends: Tensor, mask: Tensor) -> Tensor:
+    """(B, K) per-turn values -> (B, T): each agent token gets its turn's value, where turn k
+    covers the agent tokens in (p_{k-1}, p_k]; zero off the mask."""
+    is_end, _ = _turn_end_maps(torch.zeros_like(turn_values), turn_ends, mask.bool())
+    ends = is_end.long()
+    turn_index = (torch.cumsum(ends, dim=1) - ends).clamp(max=turn_values.shape[1] - 1)  # (B, T)
+    spread = turn_values.gather(1, turn_index)  # (B, T)
+    return torch.where(mask.bool(), spread, turn_values.new_zeros(()))
+
+
+@torch.no_grad()
+def gigpo_advantages(
+    scores: Tensor,
+    group_ids: Tensor,
+    turn_rewards: Tensor,
+    turn_ends: Tensor,
+    turn_states: Tensor,
+    mask: Tensor,
+    gamma_step: float = 0.95,
+    step_weight: float = 1.0,
+    eps: float = 1e-6,
+    norm_by_std: bool = True,
+) -> Tensor:
+    """GiGPO (Feng et al., arXiv 2505.10978): episode-level plus step-level group credit.
+
+    Episode level, per trajectory i of env group g (as GRPO):
+        A_E(i)   = (R_i - mean_g R) / (std_g R + eps)
+    Step level: turn k of trajectory i starts from env state s_{i,k}; the turns of group g
+    that start from the same state form an anchor group a = (g, s). With the turn's
+    discounted return G_{i,k} = sum_{j >= k} gamma_step^(j-k) r_{i,j},
+        A_S(i,k) = (G_{i,k} - mean_a G) / (std_a G + eps)
+    Per turn, on that turn's agent tokens:
+        A(i,k)   = A_E(i) + step_weight * A_S(i,k)
+    norm_by_std=False centres both levels without dividing (the paper's mean-only variant).
+    A constant or one-member group (episode or anchor) contributes exactly 0, as in
+    `group_normalise`; so does a turn whose state is unknown (id -1).
+
+    Shapes: scores, group_ids (B,); turn_rewards, turn_ends (-1-padded), turn_states (B, K)
+    (long state ids, equal id = equal state); mask (B, T). Returns (B, T), zero off the mask.
+    """
+    valid = turn_ends >= 0  # (B, K)
+    episode = group_normalise(scores, group_ids, eps, norm_by_std)  # (B,)
+    returns = discounted_turn_returns(turn_rewards, turn_ends, gamma_step)  # (B, K)
+    anchors = anchor_ids(group_ids, turn_states, valid)  # (N,)
+    step = torch.zeros_like(turn_rewards)  # (B, K)
+    step[valid] = group_normalise(returns[valid], anchors, eps, norm_by_std)
+    per_turn = torch.where(valid, episode[:, None] + step_weight * step, step.new_zeros(()))
+    return spread_over_turns(per_turn, turn_ends, mask)
+
+
+def recurring_turn_share(group_ids: Tensor, turn_states: Tensor, turn_ends: Tensor) -> float:
+    """The share of turns whose start state recurs in their env group (anchor groups of two
+    or more): the turns GiGPO's step level can credit. 0 when there are no turns."""
+    valid = turn_ends >= 0
+    if not bool(valid.any()):
+        return 0.0
+    ids = anchor_ids(group_ids, turn_states, valid)
+    _, inverse, counts = torch.unique(ids, return_inverse=True, return_counts=True)
+    return int((counts[inverse] > 1).sum()) / ids.numel()
+
+
 @dataclass
 class AdvantageInputs:
     """What an estimator may read; each estimator states which fields it needs."""
@@ -192,6 +291,7 @@ class AdvantageInputs:
     group_ids: Tensor | None = None  # (B,) long, same id = same initial state (grpo)
     turn_rewards: Tensor | None = None  # (B, K) per-turn rewards, padded (bi_level_gae)
     turn_ends: Tensor | None = None  # (B, K) long last-token positions, -1 padded
+    turn_states: Tensor | None = None  # (B, K) long id of each turn's start state (gigpo)
 
 
 @dataclass(frozen=True)
@@ -205,7 +305,9 @@ class AdvantageParams:
     gamma_token: float = 1.0  # bi-level: discount inside a turn
     lam_token: float = 1.0
     eps: float = 1e-6  # grpo: added to the group std
-    norm_by_std: bool = True  # grpo: divide by the group std (False: only centre)
+    norm_by_std: bool = True  # grpo, gigpo: divide by the group std (False: only centre)
+    gamma_step: float = 0.95  # gigpo: discount of a turn's return (the paper's 0.95)
+    step_weight: float = 1.0  # gigpo: A = A_episode + step_weight * A_step (the paper's 1)
     whiten: bool = True  # gae / bi_level_gae: whiten advantages over masked tokens
 
 
@@ -259,6 +361,33 @@ def bi_level_estimator(
     return _maybe_whiten(adv, inputs.mask, params), ret
 
 
+def gigpo_estimator(
+    inputs: AdvantageInputs, params: AdvantageParams
+) -> tuple[Tensor, Tensor | None]:
+    name = "gigpo"
+    group_ids = _require(inputs.group_ids, "group_ids", name, "groups define the baseline")
+    turn_rewards = _require(inputs.turn_rewards, "turn_rewards", name, "see pad_turns")
+    turn_ends = _require(inputs.turn_ends, "turn_ends", name, "see pad_turns")
+    why = "each turn's env state id (Turn.state_key)"
+    turn_states = _require(inputs.turn_states, "turn_states", name, why)
+    scores = inputs.scores
+    if scores is None:  # the trajectory's return: the sum of its turns' rewards
+        scores = torch.where(turn_ends >= 0, turn_rewards, turn_rewards.new_zeros(())).sum(1)
+    adv = gigpo_advantages(
+        scores,
+        group_ids,
+        turn_rewards,
+        turn_ends,
+        turn_states,
+        inputs.mask,
+        params.gamma_step,
+        params.step_weight,
+        params.eps,
+        params.norm_by_std,
+    )
+    return adv, None  # group-normalised at both levels: no whitening, no critic
+
+
 # Estimators take (inputs, params) and return (advantages, returns); they are registered
 # by name in starpo.registry.ADVANTAGE_ESTIMATORS.
 Estimator = Callable[[AdvantageInputs, AdvantageParams], tuple[Tensor, Tensor | None]]
@@ -270,7 +399,8 @@ def compute_advantages(
     """Run the estimator `name` from ADVANTAGE_ESTIMATORS -> (advantages (B, T), returns).
 
     `params` are AdvantageParams fields (gamma, lam, gamma_turn, lam_turn, gamma_token,
-    lam_token, eps, norm_by_std, whiten). returns is None for critic-free estimators (grpo).
+    lam_token, eps, norm_by_std, gamma_step, step_weight, whiten). returns is None for
+    critic-free estimators (grpo, gigpo).
     """
     estimator = lookup(ADVANTAGE_ESTIMATORS, name)
     known = {f.name for f in fields(AdvantageParams)}

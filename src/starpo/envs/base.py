@@ -8,6 +8,7 @@ episode action budget, and the `info` keys the rollout engine relies on.
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
@@ -23,6 +24,28 @@ def check_cell_sep(cell_sep: str) -> str:
     if not isinstance(cell_sep, str) or cell_sep.strip(" ") or len(cell_sep) > 3:
         raise UserError(f"cell_sep must be empty or up to 3 spaces (e.g. ' '), got {cell_sep!r}")
     return cell_sep
+
+
+_KEY_ATOMS = (str, int, float, bool, type(None))
+
+
+def is_stable_key(key: Any) -> bool:
+    """Whether `key` is a str, number, bool, None, or a tuple of such keys: values whose
+    repr() is the same in every process (a set's order, an object's address are not)."""
+    if isinstance(key, tuple):
+        return all(is_stable_key(part) for part in key)
+    return isinstance(key, _KEY_ATOMS)
+
+
+def state_digest(key: Any) -> str:
+    """A short digest of a state key (see `TextEnv.state_key`) for trajectory records:
+    16 hex digits of BLAKE2b over its repr(). A key of any other type is a UserError."""
+    if not is_stable_key(key):
+        raise UserError(
+            f"state_key() returned a {type(key).__name__}; return a str, an int or a tuple "
+            "of them (its repr() must be the same in every process)"
+        )
+    return hashlib.blake2b(repr(key).encode("utf-8"), digest_size=8).hexdigest()
 
 
 class TextEnv(ABC):
@@ -76,6 +99,15 @@ class TextEnv(ABC):
     @abstractmethod
     def is_success(self) -> bool:
         """Whether the episode so far counts as a success."""
+
+    def state_key(self) -> Any:
+        """A key of the current env state: equal keys = the same state, as far as the agent's
+        next decision goes. GiGPO (algorithm.adv_estimator=gigpo) credits the turns of a
+        group that start from an equal key against each other. The default is the rendered
+        observation; override it when the text omits state that matters, or shows state
+        that does not. Return a str, an int or a tuple of them: the rollout engine records
+        a digest of its repr(), which must not change between processes."""
+        return self.render()
 
     # ------------------------------------------------------------- optional solver hooks
     def optimal_action(self) -> str | None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from starpo.envs.base import TextEnv
+from starpo.envs.base import TextEnv, is_stable_key
 
 STEP_INFO_KEYS = ("success", "action_is_valid", "action_is_effective", "action", "steps_left")
 
@@ -183,6 +183,22 @@ def check_random_agent(env: TextEnv, seeds: list[int], episodes_per_seed: int = 
             _require(terminated or truncated, "the episode must end within max_steps actions")
 
 
+def check_state_keys(env: TextEnv, seeds: list[int]) -> None:
+    """state_key() is a str/int/tuple key, equal for equal states: the same seed, or after
+    an invalid action (which changes nothing)."""
+    for seed in seeds:
+        env.reset(seed=seed)
+        key = env.state_key()
+        _require(
+            is_stable_key(key),
+            f"state_key() must return a str, an int or a tuple of them, got {type(key).__name__}",
+        )
+        env.reset(seed=seed)
+        _require(env.state_key() == key, f"reset(seed={seed}) twice gave different state keys")
+        env.step(INVALID_ACTIONS[2])
+        _require(env.state_key() == key, "an invalid action changed state_key()")
+
+
 CHECKS: dict[str, Callable[[TextEnv, list[int]], None]] = {
     "attributes": check_attributes,
     "reset": check_reset,
@@ -191,6 +207,7 @@ CHECKS: dict[str, Callable[[TextEnv, list[int]], None]] = {
     "invalid actions": check_invalid_actions,
     "determinism": check_determinism,
     "random agent": check_random_agent,
+    "state keys": check_state_keys,
 }
 
 

@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any
 
 from starpo.envs import TextEnv, make
+from starpo.envs.base import state_digest
 from starpo.errors import UserError
 from starpo.rollout import prompts
 from starpo.rollout.backend import (
@@ -137,12 +138,20 @@ def call_env(where: str, call: Callable[[], Any], timeout_s: float) -> Any:
     return outcome["value"]
 
 
+def _keyed(env: TextEnv, call: Callable[[], Any]) -> tuple[Any, str]:
+    """`call()` (the env's reset or step) and the digest of the env's state key after it,
+    in one env call: a plugin env's state_key runs under the same timeout."""
+    result = call()
+    return result, state_digest(env.state_key())
+
+
 @dataclass
 class _Episode:
     env: TextEnv
     session: int
     trajectory: Trajectory
     state: str
+    state_key: str = ""  # digest of env.state_key() for `state` (see TextEnv.state_key)
     actions_used: int = 0  # valid actions executed (invalid ones use no budget)
     last_env_reward: float = 0.0
     stop_text: str = ""
@@ -218,11 +227,13 @@ class RolloutEngine:
                 env = make(env_id, **env_kwargs)
                 trajectory = Trajectory(env_id=env_id, seed=seed, group=group)
                 try:
-                    state, _ = call_env("reset", partial(env.reset, seed=seed), limit)
+                    (state, _), key = call_env(
+                        "reset", partial(_keyed, env, partial(env.reset, seed=seed)), limit
+                    )
                 except EnvFault as fault:
                     trajectory.error = str(fault)
-                    state = ""
-                episode = _Episode(env, len(episodes), trajectory, state)
+                    state, key = "", ""
+                episode = _Episode(env, len(episodes), trajectory, state, key)
                 episode.finished = trajectory.error is not None  # never played
                 episodes.append(episode)
         return episodes
@@ -279,6 +290,7 @@ class RolloutEngine:
             response_tokens=len(token_ids),
             think_tokens=len(self.chat.encode(parsed.think)) if parsed.think else 0,
             finish_reason=generation.finish_reason,
+            state_key=episode.state_key,
         )
         env_done = self._execute(episode, turn, list(parsed.actions))
         penalty = s.format_penalty if (not parsed.format_ok or turn.num_invalid) else 0.0
@@ -312,13 +324,15 @@ class RolloutEngine:
             if self._actions_left(episode) <= 0:
                 break  # budget spent: the remaining actions are not attempted
             try:
-                state, reward, terminated, truncated, info = call_env(
-                    "step", partial(episode.env.step, action), self.settings.env_timeout_s
+                env, limit = episode.env, self.settings.env_timeout_s
+                outcome, key = call_env(
+                    "step", partial(_keyed, env, partial(env.step, action)), limit
                 )
             except EnvFault as fault:
                 episode.trajectory.error = str(fault)
                 return True  # the episode ends here; its group is left out of the update
-            episode.state = state
+            state, reward, terminated, truncated, info = outcome
+            episode.state, episode.state_key = state, key
             turn.env_reward += reward
             if info["action_is_valid"]:
                 episode.actions_used += 1

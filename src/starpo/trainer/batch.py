@@ -25,6 +25,8 @@ class TrainBatch:
     turn_ends: torch.Tensor  # (B, K) last agent token of each turn, -1-padded
     scores: torch.Tensor  # (B,) trajectory training reward
     group_ids: torch.Tensor  # (B,) rollouts sharing a seed share a group id
+    # (B, K) id of each turn's start state (Turn.state_key; -1 = unknown); build_batch sets it
+    turn_states: torch.Tensor | None = None
     advantages: torch.Tensor | None = None  # (B, T)
     returns: torch.Tensor | None = None  # (B, T)
     old_values: torch.Tensor | None = None  # (B, T)
@@ -44,7 +46,7 @@ class TrainBatch:
             value = getattr(self, f.name)
             if value is None:
                 out[f.name] = None
-            elif f.name in ("turn_rewards", "turn_ends", "scores", "group_ids"):
+            elif f.name in ("turn_rewards", "turn_ends", "turn_states", "scores", "group_ids"):
                 out[f.name] = value[index]
             else:
                 out[f.name] = value[index, :width]
@@ -63,6 +65,18 @@ class TrainBatch:
                 for f in fields(self)
             }
         )
+
+
+def state_ids(trajectories: list[Trajectory], width: int) -> torch.Tensor:
+    """(B, K) ids of the turns' start states: equal `Turn.state_key` digests share an id
+    (numbered in order of appearance); a turn without a key, and padding, get -1."""
+    ids: dict[str, int] = {}
+    out = torch.full((len(trajectories), width), -1, dtype=torch.long)  # (B, K)
+    for row, t in enumerate(trajectories):
+        for k, turn in enumerate(t.turns):
+            if turn.state_key:
+                out[row, k] = ids.setdefault(turn.state_key, len(ids))
+    return out
 
 
 def build_batch(
@@ -92,6 +106,7 @@ def build_batch(
         token_rewards=place_rewards((n, width), rewards, ends, per_turn=per_turn_rewards),
         turn_rewards=turn_rewards,
         turn_ends=turn_ends,
+        turn_states=state_ids(trajectories, turn_ends.shape[1]),
         scores=torch.tensor([t.reward for t in trajectories], dtype=torch.float),
         group_ids=torch.tensor([t.group for t in trajectories]),
     )

@@ -21,6 +21,7 @@ from starpo.algorithms import (
     kl_penalty,
     masked_mean,
     ppo_policy_loss,
+    recurring_turn_share,
     truncated_is_weights,
     turn_sums,
     value_loss,
@@ -178,6 +179,7 @@ def prepare(
         group_ids=batch.group_ids,
         turn_rewards=turn_rewards,
         turn_ends=batch.turn_ends,
+        turn_states=batch.turn_states,
     )
     batch.advantages, batch.returns = compute_advantages(
         algo.adv_estimator,
@@ -189,8 +191,17 @@ def prepare(
         gamma_token=algo.gamma_token,
         lam_token=algo.lam_token,
         eps=algo.grpo_eps,
+        norm_by_std=algo.norm_by_std,
+        gamma_step=algo.gamma_step,
+        step_weight=algo.step_weight,
         whiten=algo.whiten_advantages,
     )
+    # The turns GiGPO's step level can credit (logged for every estimator: it says whether
+    # states recur within groups at all).
+    if batch.turn_states is not None:
+        metrics["rollout/recurring_state_share"] = recurring_turn_share(
+            batch.group_ids, batch.turn_states, batch.turn_ends
+        )
     metrics["actor/advantage_mean"] = float(masked_mean(batch.advantages, batch.loss_mask))
     if batch.returns is not None:
         metrics["critic/returns_mean"] = float(masked_mean(batch.returns, batch.loss_mask))
