@@ -167,7 +167,7 @@ def test_paper_presets_follow_the_paper(env_id):
     star_s = load_config(CONFIGS / f"{env_id}-starpo-s.yaml", [])
     for cfg in (vanilla, star_s):
         assert cfg.env.id == env_id and cfg.model.name == "Qwen/Qwen2.5-0.5B-Instruct"
-        assert (cfg.model.device, cfg.model.dtype) == ("cuda", "bf16")
+        assert (cfg.model.device, cfg.model.dtype) == ("cuda", "auto")  # auto: bf16 on CUDA
         assert (cfg.rollout.num_groups, cfg.rollout.group_size) == (8, 16)
         assert (cfg.optim.actor_lr, cfg.optim.critic_lr) == (1e-6, 1e-5)
         assert (cfg.optim.mini_batch_size, cfg.optim.ppo_epochs) == (32, 1)

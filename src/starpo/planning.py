@@ -233,12 +233,12 @@ def runtime_for(cfg: Any, model_type: str | None) -> Runtime:
     """What `Trainer.__init__` would pick for this config, without building anything."""
     import torch
 
-    from starpo.models.loading import resolve_device, resolve_dtype
-    from starpo.models.precision import rollout_dtype
+    from starpo.models.loading import resolve_device
+    from starpo.models.precision import compute_dtype, rollout_dtype
     from starpo.rollout.lean_backend import LEAN_MODEL_TYPES
 
     device = resolve_device(cfg.model.device)
-    compute = resolve_dtype(cfg.model.dtype, device)
+    compute = compute_dtype(cfg.model.dtype, device)
     decode = rollout_dtype(cfg.rollout.dtype, compute, device)
     backend = cfg.rollout.backend
     on_cpu = device.type == "cpu"

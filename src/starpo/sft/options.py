@@ -37,7 +37,9 @@ class TrainOptions:
     # bf16 autocast keeps fp32 master weights and optimizer state; on a CPU with native
     # bf16 (AVX512-BF16/AMX) its matmuls are ~4x faster, a whole SFT step ~1.7x.
     dtype: str = _option(
-        "auto", "Compute dtype: auto (bf16 on CUDA, fp32 on a CPU), fp32 or bf16 (autocast)."
+        "auto",
+        "Compute dtype: auto (bf16 on CUDA and on a CPU with native bf16, else fp32), "
+        "fp32 or bf16 (autocast).",
     )
 
     def __post_init__(self) -> None:

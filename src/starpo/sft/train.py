@@ -24,8 +24,7 @@ import torch
 from torch import nn
 
 from starpo.algorithms import head_logprobs, token_logprobs
-from starpo.models.loading import resolve_dtype
-from starpo.models.precision import Precision, precision_for
+from starpo.models.precision import Precision, compute_dtype, precision_for
 from starpo.sft.options import TrainOptions
 from starpo.trainer.batch import TrainBatch, build_batch
 from starpo.trainer.forward import hidden_at, logits_at, plain_head_weight
@@ -236,7 +235,7 @@ def train_epochs(
     training, validation only). `progress(epoch, steps)` returns a tqdm-like bar or None."""
     torch.manual_seed(options.seed)
     device = next(model.parameters()).device
-    precision = precision_for(resolve_dtype(options.dtype, device), device)
+    precision = precision_for(compute_dtype(options.dtype, device), device)
     steps_per_epoch = math.ceil(len(train) / options.batch_size)
     optimizer, schedule = make_optimizer(model, options, steps_per_epoch * options.epochs)
     params = [p for p in model.parameters() if p.requires_grad]
