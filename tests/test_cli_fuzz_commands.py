@@ -369,7 +369,10 @@ def test_fuzzed_view_command_lines(
 @FUZZ
 @given(
     runs=st.lists(st.one_of(st.just("@run"), PATH), min_size=1, max_size=3),
-    args=_command_line({"--out": PATH}, max_size=3),
+    args=_command_line(
+        {"--out": PATH, "--x": st.one_of(st.sampled_from(["steps", "minutes"]), VALUE)},
+        max_size=3,
+    ),
     bad_text=BAD_TEXT,
 )
 def test_fuzzed_report_command_lines(

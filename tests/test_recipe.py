@@ -1,6 +1,8 @@
 """The multi-turn recipe (`python -m starpo.demo --env ...`) end to end on a tiny model:
 every stage runs and leaves its files, the table has every row on the same seeds, and a
-second call resumes (runs nothing again)."""
+second call resumes (runs nothing again). With the heavy stages stubbed: the recipe's
+flags reach the stages and the table, and a resumed folder made with other settings is
+refused."""
 
 from __future__ import annotations
 
@@ -9,12 +11,19 @@ from pathlib import Path
 
 import pytest
 
+from starpo import recipe as recipe_module
 from starpo.errors import UserError
-from starpo.recipe import RECIPES, format_results, recipe_for, run_recipe
+from starpo.recipe import (
+    BUDGETED_STEPS,
+    RECIPES,
+    check_kept_settings,
+    format_results,
+    recipe_for,
+    run_recipe,
+)
 
-pytestmark = pytest.mark.slow
 
-
+@pytest.mark.slow
 def test_recipe_runs_every_stage_and_resumes(tmp_path: Path, tiny_model_dir: Path, capsys):
     overrides = [
         f"model.name={tiny_model_dir}",
@@ -71,5 +80,148 @@ def test_demo_reports_a_bad_env_or_override_in_one_line(capsys):
     assert main(["--env", "sokoban", "--eval-seeds", "0"]) == 2
     errors = capsys.readouterr().err.strip().splitlines()
     assert errors[0].startswith("starpo: error: no multi-turn recipe for env 'bandit'")
-    assert errors[1] == "starpo: error: eval_seeds must be at least 1, got 0"
+    assert errors[1] == "starpo: error: --eval-seeds must be at least 1, got 0"
     assert len(errors) == 2  # no traceback
+
+
+@pytest.mark.parametrize(
+    ("flags", "error"),
+    [
+        (["--sft-episodes", "0"], "--sft-episodes must be at least 1, got 0"),
+        (["--sft-epochs", "-2"], "--sft-epochs must be at least 1, got -2"),
+        (["--sft-epochs", "two"], "argument --sft-epochs: invalid int value: 'two'"),
+        (["--rl-minutes", "0"], "--rl-minutes must be a number of minutes above 0, got 0"),
+        (["--rl-minutes", "nan"], "--rl-minutes must be a number of minutes above 0, got nan"),
+        (["--rl-minutes", "inf"], "--rl-minutes must be a number of minutes above 0, got inf"),
+        (["--rl-minutes", "soon"], "argument --rl-minutes: invalid float value: 'soon'"),
+    ],
+)
+def test_demo_refuses_bad_recipe_flags_in_one_line(tmp_path, capsys, flags, error):
+    from starpo.demo import main
+
+    assert main(["--env", "sokoban", "--out", str(tmp_path / "r"), *flags]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"starpo: error: {error}"]
+    assert not (tmp_path / "r").exists()  # before any work
+
+
+def test_recipe_flags_need_the_recipe(capsys):
+    from starpo.demo import main
+
+    assert main(["--rl-minutes", "5"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("starpo: error: --rl-minutes sets the multi-turn recipe's stages")
+
+
+# ------------------------------------------------------------- with stubbed stages
+ROW = {"success": 0.5, "success_ci95_low": 0.4, "success_ci95_high": 0.6, "format_ok": 1.0}
+
+
+@pytest.fixture
+def stubbed(monkeypatch):
+    """Evaluations, SFT and the trainer stubbed; what each was asked is kept in `calls`."""
+    calls: dict[str, list] = {"evaluate": [], "sft": [], "train": []}
+
+    def evaluate(model, cfg, folder, settings, seeds):
+        calls["evaluate"].append(folder.name)
+        return {"model": model, **ROW, "num_episodes": seeds}
+
+    def train_sft(recipe, cfg, sft_dir):
+        calls["sft"].append((recipe.sft_episodes, recipe.sft_epochs, recipe.sft_lr))
+        sft_dir.mkdir(parents=True)
+        return {"epochs": [], "data": {}}
+
+    class Trainer:
+        def __init__(self, cfg, run_dir, resume=False):
+            calls["train"].append(cfg.trainer)
+            self.run_dir = run_dir
+
+        def train(self):
+            rows = [{"step": s, "perf/train_minutes": 10.25 * s} for s in (1, 2, 3)]
+            self.run_dir.mkdir(parents=True)
+            text = "".join(json.dumps(r) + "\n" for r in rows)
+            (self.run_dir / "metrics.jsonl").write_text(text)
+            return rows
+
+    monkeypatch.setattr(recipe_module, "evaluate", evaluate)
+    monkeypatch.setattr(recipe_module, "train_sft", train_sft)
+    monkeypatch.setattr("starpo.trainer.Trainer", Trainer)
+    return calls
+
+
+def test_recipe_flags_reach_the_stages_and_label_the_rows(tmp_path, stubbed, capsys):
+    from starpo.demo import main
+
+    flags = ["--sft-episodes", "400", "--sft-epochs", "5", "--rl-minutes", "30"]
+    assert main(["--env", "sokoban", "--out", str(tmp_path), "--eval-seeds", "3", *flags]) == 0
+    assert stubbed["sft"] == [(400, 5, 2e-4)]
+    (trainer,) = stubbed["train"]
+    assert trainer.max_minutes == 30.0 and trainer.total_steps == BUDGETED_STEPS
+    results = json.loads((tmp_path / "results.json").read_text())
+    labels = [row.get("label", name) for name, row in results["rows"].items()]
+    assert labels == [
+        "base",
+        "SFT (400 solver episodes, 5 epochs, lr 2e-4)",
+        "SFT + StarPO-S (3 steps, 30.8 of 30 min)",
+        "base, think",
+    ]
+    assert results["settings"] == {
+        "sft_episodes": 400,
+        "sft_epochs": 5,
+        "sft_lr": 2e-4,
+        "rl_minutes": 30.0,
+        "rl_steps": BUDGETED_STEPS,
+        "rl_steps_run": 3,
+        "rl_train_minutes": 30.75,
+    }
+    table = capsys.readouterr().out
+    assert all(label in table for label in labels)
+
+
+def test_steps_still_cap_a_budgeted_rl_stage(tmp_path, stubbed):
+    from starpo.demo import main
+
+    argv = ["--env", "sokoban", "--out", str(tmp_path), "--rl-minutes", "2.5", "--steps", "7"]
+    assert main([*argv, "--quick"]) == 0
+    (trainer,) = stubbed["train"]
+    assert (trainer.max_minutes, trainer.total_steps) == (2.5, 7)
+    assert stubbed["sft"] == [(16, 1, 2e-4)]  # --quick's SFT
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert rows["SFT + StarPO-S"]["label"] == "SFT + StarPO-S (3 steps, 30.8 of 2.5 min)"
+
+
+def test_a_resumed_recipe_made_with_other_sft_settings_is_refused(tmp_path, stubbed, capsys):
+    from starpo.demo import main
+
+    run_recipe("sokoban", tmp_path, eval_seeds=3)
+    done = {key: list(calls) for key, calls in stubbed.items()}
+    assert main(["--env", "sokoban", "--out", str(tmp_path), "--sft-episodes", "400"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        f"starpo: error: {tmp_path / 'sft'} was made with --sft-episodes 200, not "
+        "--sft-episodes 400: pass the same settings to resume, choose another --out, or "
+        f"delete sft, sft-eval, rl, rl-eval in {tmp_path} to redo them"
+    )
+    assert stubbed == done  # refused before any stage ran
+    # The same settings resume: every stage is kept, none runs again.
+    again = run_recipe("sokoban", tmp_path, eval_seeds=3, sft_episodes=200)
+    assert stubbed == done and capsys.readouterr().out.count("done before") == 6
+    assert again["rows"]["SFT"]["label"] == "SFT (200 solver episodes, 3 epochs, lr 2e-4)"
+
+
+def test_a_finished_rl_stage_with_another_budget_is_refused(tmp_path, stubbed):
+    run_recipe("sokoban", tmp_path, eval_seeds=3, rl_minutes=10)
+    with pytest.raises(UserError) as info:
+        run_recipe("sokoban", tmp_path, eval_seeds=3, rl_minutes=20)
+    assert str(info.value).startswith(
+        f"{tmp_path / 'rl'} was made with --rl-minutes 10, not --rl-minutes 20: "
+    )
+    assert str(info.value).endswith(f"delete rl, rl-eval in {tmp_path} to redo them")
+
+
+def test_stages_that_recorded_no_settings_are_taken_as_they_are(tmp_path):
+    (tmp_path / "sft").mkdir()
+    (tmp_path / "sft" / "stage.json").write_text(json.dumps({"stage": "sft", "minutes": 1.0}))
+    (tmp_path / "sft-eval").mkdir()
+    (tmp_path / "sft-eval" / "stage.json").write_text("{torn")
+    wanted = {"sft_episodes": 400, "sft_epochs": 5, "sft_lr": 2e-4}
+    check_kept_settings(tmp_path, {"sft": wanted, "sft-eval": wanted})  # no error

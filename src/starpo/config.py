@@ -68,8 +68,9 @@ class ModelConfig(ConfigSection):
         "auto",
         "Compute dtype. bf16: forwards run under torch.autocast in bf16 while trainable "
         "weights and optimizer state stay fp32 (frozen reference / LoRA base in bf16). "
-        "auto = bf16 on a GPU that supports it, else fp32 (CPU training stays fp32; rollouts "
-        "may still decode in bf16, see rollout.dtype).",
+        "auto = bf16 on a GPU and on a CPU with native bf16 (AVX512-BF16 or AMX), fp32 on "
+        "other CPUs, where bf16 is emulated and ~75x slower (rollouts pick their own, see "
+        "rollout.dtype).",
         choices=("auto", "fp32", "bf16", "float32", "bfloat16"),
     )
     lora: LoraConfig = _section(LoraConfig, "LoRA adapters")
@@ -321,6 +322,15 @@ class TrainerConfig(ConfigSection):
     _prefix = "trainer"
 
     total_steps: int = _f(200, "Training steps (rollout stage + update stage).", ge=1)
+    max_minutes: float | None = _f(
+        None,
+        "Budget of training minutes (rollout, update and saving; validation excluded), "
+        "counted across --resume: the run stops after the step that reaches it, then "
+        "validates, checkpoints and exports final/ as at total_steps (which still caps "
+        "it). null = no budget.",
+        gt=0.0,
+        example=30,
+    )
     val_every: int = _f(10, "Validate every N steps; 0 = never.", ge=0)
     val_seeds: int = _f(256, "Number of fixed validation seeds.", ge=1)
     val_seed_start: int = _f(123, "First validation seed.", ge=0)

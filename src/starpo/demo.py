@@ -6,6 +6,7 @@ CPU, and show validation success before and after with 95% intervals.
     python -m starpo.demo --steps 5       # a shorter run
     python -m starpo.demo --env sokoban   # the multi-turn recipe: base, SFT, SFT + StarPO-S
                                           # (also frozenlake; see starpo.recipe)
+    python -m starpo.demo --env sokoban --sft-episodes 400 --sft-epochs 5 --rl-minutes 30
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from starpo.envs import make
 from starpo.envs.policies import make_policy
@@ -93,8 +94,22 @@ def train_demo(out: Path, overrides: list[str]) -> int:
     return 0 if beyond else 1
 
 
+class _Parser(argparse.ArgumentParser):
+    """A flag argparse refuses (`--sft-episodes x`) is one line, as starpo's own errors."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"starpo: error: {message}\n")
+
+
+#: The recipe's own flags: they mean nothing without --env.
+RECIPE_FLAGS = ("sft_episodes", "sft_epochs", "rl_minutes")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from starpo.recipe import RECIPES
+
+    recipe = RECIPES["sokoban"]  # the defaults shown in --help (frozenlake's are the same)
+    parser = _Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", action="store_true", help="show the envs instead of training")
     parser.add_argument("--steps", type=int, default=None, help="training steps (preset's)")
     parser.add_argument("--out", default=None, help="run folder (default runs/demo-<time>)")
@@ -114,11 +129,33 @@ def main(argv: list[str] | None = None) -> int:
         help="with --env: validation seeds of each row (default 256)",
     )
     parser.add_argument(
+        "--sft-episodes",
+        type=int,
+        default=None,
+        help=f"with --env: solver episodes SFT learns from (default {recipe.sft_episodes})",
+    )
+    parser.add_argument(
+        "--sft-epochs",
+        type=int,
+        default=None,
+        help=f"with --env: SFT epochs (default {recipe.sft_epochs})",
+    )
+    parser.add_argument(
+        "--rl-minutes",
+        type=float,
+        default=None,
+        help="with --env: the RL stage's budget of training minutes (trainer.max_minutes; "
+        "validation excluded) instead of the preset's steps; --steps still caps it",
+    )
+    parser.add_argument(
         "overrides",
         nargs="*",
         help="dotted config overrides of the preset, e.g. trainer.total_steps=20",
     )
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a refused flag (one line: see _Parser)
+        return int(exc.code or 0)
     try:
         return run(args)
     except UserError as exc:  # a user's mistake: one line, as the starpo command prints it
@@ -131,6 +168,12 @@ def run(args: argparse.Namespace) -> int:
     if args.envs:
         show_envs()
         return 0
+    stray = [name for name in RECIPE_FLAGS if getattr(args, name) is not None]
+    if stray and args.env is None:
+        flag = "--" + stray[0].replace("_", "-")
+        raise UserError(
+            f"{flag} sets the multi-turn recipe's stages: add --env sokoban (or frozenlake)"
+        )
     overrides = list(args.overrides)
     if args.steps is not None:
         overrides.append(f"trainer.total_steps={args.steps}")
@@ -144,6 +187,9 @@ def run(args: argparse.Namespace) -> int:
             quick=args.quick,
             overrides=overrides,
             eval_seeds=args.eval_seeds,
+            sft_episodes=args.sft_episodes,
+            sft_epochs=args.sft_epochs,
+            rl_minutes=args.rl_minutes,
         )
         return 0
     out = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")

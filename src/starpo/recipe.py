@@ -17,12 +17,17 @@ not run again, so a stopped recipe resumes where it was):
 
 Every evaluation uses the same seeds and settings (the preset's rollout section at its
 validation temperature), so the rows compare; `results.json` holds the table, with 95%
-Wilson intervals and the minutes each stage took.
+Wilson intervals, the settings of SFT and RL in the row labels, and the minutes each
+stage took. Each stage from SFT on records the settings it was made with
+(`--sft-episodes`, `--sft-epochs`, `--rl-minutes`, RL's steps): a resumed recipe asked
+for other settings stops with one line before any work, rather than reuse results made
+another way.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -45,6 +50,7 @@ class Recipe:
     sft_epochs: int
     sft_lr: float
     eval_seeds: int = 256  # validation seeds of every row (the issue's 256)
+    rl_minutes: float | None = None  # the RL stage's trainer.max_minutes (None: its steps)
     base_think_tokens: int = 128  # the base model's think-variant budget per turn ...
     base_think_seeds: int = 64  # ... and seeds: it writes ~10x the tokens of the others
 
@@ -59,6 +65,21 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
+#: trainer.total_steps of an RL stage given --rl-minutes: more than any budget fits, so the
+#: minutes bind. The CPU presets' learning rate is constant; a cosine schedule (which
+#: decays over total_steps) would barely move.
+BUDGETED_STEPS = 100_000
+
+#: The recipe's flags (and RL's steps) by the names stages record their settings under.
+FLAGS = {
+    "sft_episodes": "--sft-episodes",
+    "sft_epochs": "--sft-epochs",
+    "sft_lr": "SFT lr",
+    "rl_minutes": "--rl-minutes",
+    "rl_steps": "trainer.total_steps",
+}
+
+
 def recipe_for(env_id: str) -> Recipe:
     if env_id not in RECIPES:
         raise UserError(
@@ -69,9 +90,15 @@ def recipe_for(env_id: str) -> Recipe:
 
 
 # ---------------------------------------------------------------------------- stages
-def run_stage(folder: Path, name: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """`work()` once: its result is kept in `folder/stage.json` with its minutes, and a
-    later call returns the kept result (resume) instead of running it again."""
+def run_stage(
+    folder: Path,
+    name: str,
+    work: Callable[[], dict[str, Any]],
+    settings: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """`work()` once: its result is kept in `folder/stage.json` with its minutes (and the
+    `settings` it was made with: see `check_kept_settings`), and a later call returns the
+    kept result (resume) instead of running it again."""
     record = folder / "stage.json"
     if record.exists():
         try:
@@ -84,6 +111,8 @@ def run_stage(folder: Path, name: str, work: Callable[[], dict[str, Any]]) -> di
     started = time.perf_counter()
     result = work()
     kept = {"stage": name, "minutes": (time.perf_counter() - started) / 60, **result}
+    if settings is not None:
+        kept["settings"] = settings
     folder.mkdir(parents=True, exist_ok=True)
     record.write_text(json.dumps(kept, indent=2) + "\n", encoding="utf-8")
     print(f"[{name}] {kept['minutes']:.1f} min", flush=True)
@@ -116,6 +145,135 @@ def evaluate(model: str, cfg: Any, folder: Path, settings: Any, seeds: int) -> d
     return {"model": model, **{k: summary[k] for k in keys}}
 
 
+QUICK = ["trainer.val_seeds=8", "trainer.total_steps=2", "trainer.val_every=0"]
+
+
+def _check_count(flag: str, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or value < 1):
+        raise UserError(f"{flag} must be at least 1, got {value}")
+
+
+def configure(
+    env_id: str,
+    *,
+    quick: bool = False,
+    overrides: Sequence[str] = (),
+    eval_seeds: int | None = None,
+    sft_episodes: int | None = None,
+    sft_epochs: int | None = None,
+    rl_minutes: float | None = None,
+) -> tuple[Recipe, list[str]]:
+    """`env_id`'s recipe with the caller's choices (see `run_recipe`), and the overrides
+    of its RL preset; a bad choice is a one-line UserError naming its flag. The caller's
+    values win over `quick`'s, and its overrides (`--steps`) over `rl_minutes`' steps."""
+    recipe = recipe_for(env_id)
+    if quick:
+        recipe = replace(recipe, sft_episodes=16, sft_epochs=1, eval_seeds=8)
+    for flag, value in (
+        ("--eval-seeds", eval_seeds),
+        ("--sft-episodes", sft_episodes),
+        ("--sft-epochs", sft_epochs),
+    ):
+        _check_count(flag, value)
+    chosen = {"eval_seeds": eval_seeds, "sft_episodes": sft_episodes, "sft_epochs": sft_epochs}
+    recipe = replace(recipe, **{k: v for k, v in chosen.items() if v is not None})
+    budget = []
+    if rl_minutes is not None:
+        if not (math.isfinite(rl_minutes) and rl_minutes > 0):
+            raise UserError(f"--rl-minutes must be a number of minutes above 0, got {rl_minutes:g}")
+        recipe = replace(recipe, rl_minutes=rl_minutes)
+        budget = [f"trainer.total_steps={BUDGETED_STEPS}", f"trainer.max_minutes={rl_minutes!r}"]
+    return recipe, [*(QUICK if quick else []), *budget, *overrides]
+
+
+def sft_settings(recipe: Recipe) -> dict[str, Any]:
+    """What the SFT stage (and every stage after it) is made with."""
+    return {
+        "sft_episodes": recipe.sft_episodes,
+        "sft_epochs": recipe.sft_epochs,
+        "sft_lr": recipe.sft_lr,
+    }
+
+
+def _show(key: str, value: Any) -> str:
+    flag = FLAGS.get(key, key)
+    return f"no {flag}" if value is None else f"{flag} {value:g}"
+
+
+def check_kept_settings(out: Path, wanted: dict[str, dict[str, Any]]) -> None:
+    """Refuse, in one line and before any work, to resume a recipe folder whose finished
+    stages were made with other settings than `wanted` (stage folder -> settings, in the
+    order the stages depend on each other). A stage that recorded no settings (made
+    before they were recorded) is taken as it is."""
+    folders = list(wanted)
+    for i, folder in enumerate(folders):
+        kept = _kept_settings(out / folder)
+        if kept is None or kept == wanted[folder]:
+            continue
+        keys = [k for k in {**kept, **wanted[folder]} if kept.get(k) != wanted[folder].get(k)]
+        made = ", ".join(_show(k, kept.get(k)) for k in keys)
+        asked = ", ".join(_show(k, wanted[folder].get(k)) for k in keys)
+        redo = ", ".join(folders[i:])
+        raise UserError(
+            f"{out / folder} was made with {made}, not {asked}: pass the same settings to "
+            f"resume, choose another --out, or delete {redo} in {out} to redo them"
+        )
+
+
+def _kept_settings(folder: Path) -> dict[str, Any] | None:
+    """The settings a finished stage recorded (the RL stage's record is in rl/recipe/)."""
+    record = folder / "recipe" / "stage.json" if folder.name == "rl" else folder / "stage.json"
+    try:
+        return json.loads(record.read_text(encoding="utf-8")).get("settings")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None  # not finished, or unreadable: run_stage runs it (again)
+
+
+def train_sft(recipe: Recipe, cfg: Any, sft_dir: Path) -> dict[str, Any]:
+    """The SFT stage: `starpo sft` on solver episodes of training seeds, laid out as the
+    RL preset's rollouts, from `cfg.model.name` into `sft_dir`."""
+    import torch
+
+    from starpo.models.precision import compute_dtype
+    from starpo.sft import run_sft
+    from starpo.sft.train import TrainOptions
+
+    # SFT computes in the RL stage's dtype (auto: bf16 autocast where the CPU has it).
+    mixed = compute_dtype(cfg.model.dtype, cfg.model.device) == torch.bfloat16
+    options = TrainOptions(
+        epochs=recipe.sft_epochs, lr=recipe.sft_lr, dtype="bf16" if mixed else "fp32"
+    )
+    summary = run_sft(
+        cfg.model.name,
+        (),
+        cfg.rollout.settings(),
+        sft_dir,
+        options=options,
+        from_solver=recipe.sft_episodes,
+        env_id=cfg.env.id,
+        env_kwargs=dict(cfg.env.kwargs),
+        device=cfg.model.device,
+    )
+    return {"epochs": summary["epochs"], "data": summary["data"]}
+
+
+def train_rl(rl_cfg: Any, rl_dir: Path) -> dict[str, Any]:
+    """The RL stage: `starpo train` into `rl_dir`, continuing its run when a stopped recipe
+    left a checkpoint; the last step and the training minutes it took (all parts)."""
+    from starpo.timing import train_minutes
+    from starpo.trainer import Trainer
+    from starpo.trainer.checkpoint import latest_checkpoint
+    from starpo.trainer.sinks import read_metrics
+
+    resume = latest_checkpoint(rl_dir) is not None
+    Trainer(rl_cfg, rl_dir, resume=resume).train()
+    rows = read_metrics(rl_dir)
+    return {
+        "steps": rows[-1]["step"] if rows else 0,
+        "train_minutes": train_minutes(rows)[-1] if rows else 0.0,
+    }
+
+
 def run_recipe(
     env_id: str,
     out: Path,
@@ -123,95 +281,92 @@ def run_recipe(
     quick: bool = False,
     overrides: Sequence[str] = (),
     eval_seeds: int | None = None,
+    sft_episodes: int | None = None,
+    sft_epochs: int | None = None,
+    rl_minutes: float | None = None,
 ) -> dict[str, Any]:
     """All stages for `env_id` under `out`; returns (and writes) the results table.
     `quick`: a few seeds, steps and episodes, to try the whole path in minutes;
     `overrides`: dotted config overrides of the RL preset (its model.name is the base);
-    `eval_seeds`: validation seeds of each row (default the recipe's 256)."""
+    `eval_seeds`: validation seeds of each row (default the recipe's 256);
+    `sft_episodes`, `sft_epochs`: the SFT stage's solver episodes and epochs (default the
+    recipe's); `rl_minutes`: the RL stage's budget of training minutes
+    (trainer.max_minutes; its steps then do not bind unless `overrides` set them)."""
     from starpo.config import load_config
-    from starpo.sft import run_sft
-    from starpo.sft.train import TrainOptions
-    from starpo.trainer import Trainer
 
-    recipe = recipe_for(env_id)
-    if quick:  # before the caller's overrides, which win
-        small = ["trainer.val_seeds=8", "trainer.total_steps=2", "trainer.val_every=0"]
-        overrides = [*small, *overrides]
-        recipe = replace(recipe, sft_episodes=16, sft_epochs=1, eval_seeds=8)
-    if eval_seeds is not None:
-        if eval_seeds < 1:
-            raise UserError(f"eval_seeds must be at least 1, got {eval_seeds}")
-        recipe = replace(recipe, eval_seeds=eval_seeds)
+    recipe, overrides = configure(
+        env_id,
+        quick=quick,
+        overrides=overrides,
+        eval_seeds=eval_seeds,
+        sft_episodes=sft_episodes,
+        sft_epochs=sft_epochs,
+        rl_minutes=rl_minutes,
+    )
     cfg = load_config(recipe.preset, overrides)
+    sft_dir, rl_dir = out / "sft", out / "rl"
+    rl_cfg = load_config(recipe.preset, [*overrides, f"model.name={sft_dir}"])
+    made = sft_settings(recipe)
+    rl_made = {**made, "rl_minutes": recipe.rl_minutes, "rl_steps": rl_cfg.trainer.total_steps}
+    check_kept_settings(out, {"sft": made, "sft-eval": made, "rl": rl_made, "rl-eval": rl_made})
     settings = cfg.rollout.settings(temperature=cfg.trainer.val_temperature)
     think_settings = replace(settings, think=True, max_new_tokens=recipe.base_think_tokens)
     base = cfg.model.name
 
     def evaluation(
-        name: str, folder: str, model: str, how: Any = settings, seeds: int = recipe.eval_seeds
-    ) -> dict[str, Any]:
+        name: str, folder: str, model: str, play: Any = settings, seeds: int = recipe.eval_seeds,
+        made: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
         where = out / folder
-        return run_stage(where, name, lambda: evaluate(model, cfg, where, how, seeds))
+        return run_stage(where, name, lambda: evaluate(model, cfg, where, play, seeds), made)
 
     rows = {"base": evaluation("base", "base", base)}
-    sft_dir = out / "sft"
-
-    def sft() -> dict[str, Any]:
-        import torch
-
-        from starpo.models.loading import resolve_dtype
-
-        # SFT computes in the RL stage's dtype (bf16 autocast in the CPU presets).
-        mixed = resolve_dtype(cfg.model.dtype, torch.device(cfg.model.device)) == torch.bfloat16
-        options = TrainOptions(
-            epochs=recipe.sft_epochs, lr=recipe.sft_lr, dtype="bf16" if mixed else "fp32"
-        )
-        summary = run_sft(
-            base,
-            (),
-            cfg.rollout.settings(),
-            sft_dir,
-            options=options,
-            from_solver=recipe.sft_episodes,
-            env_id=cfg.env.id,
-            env_kwargs=dict(cfg.env.kwargs),
-            device=cfg.model.device,
-        )
-        return {"epochs": summary["epochs"], "data": summary["data"]}
-
-    run_stage(sft_dir, "sft", sft)
-    rows["SFT"] = evaluation("SFT eval", "sft-eval", str(sft_dir))
-    rl_dir = out / "rl"
-
-    def rl() -> dict[str, Any]:
-        from starpo.trainer.checkpoint import latest_checkpoint
-
-        rl_cfg = load_config(recipe.preset, [*overrides, f"model.name={sft_dir}"])
-        resume = latest_checkpoint(rl_dir) is not None  # a stopped recipe continues its run
-        history = Trainer(rl_cfg, rl_dir, resume=resume).train()
-        return {"steps": len(history)}
-
-    run_stage(rl_dir / "recipe", "StarPO-S", rl)
-    rows["SFT + StarPO-S"] = evaluation("StarPO-S eval", "rl-eval", str(rl_dir / "final"))
+    run_stage(sft_dir, "sft", lambda: train_sft(recipe, cfg, sft_dir), made)
+    rows["SFT"] = evaluation("SFT eval", "sft-eval", str(sft_dir), made=made)
+    rl = run_stage(rl_dir / "recipe", "StarPO-S", lambda: train_rl(rl_cfg, rl_dir), rl_made)
+    rows["SFT + StarPO-S"] = evaluation(
+        "StarPO-S eval", "rl-eval", str(rl_dir / "final"), made=rl_made
+    )
     # Last: the least telling row (the base model never closes its think block), and the
     # costliest per episode.
-    rows["base, think"] = evaluation(
-        "base, think",
-        "base-think",
-        base,
-        think_settings,
-        min(recipe.base_think_seeds, recipe.eval_seeds),
-    )
+    seeds = min(recipe.base_think_seeds, recipe.eval_seeds)
+    rows["base, think"] = evaluation("base, think", "base-think", base, think_settings, seeds)
+    rows["SFT"]["label"] = sft_label(recipe)
+    rows["SFT + StarPO-S"]["label"] = rl_label(rl, recipe.rl_minutes)
+    ran = {"rl_steps_run": rl.get("steps"), "rl_train_minutes": rl.get("train_minutes")}
     results = {
         "env": env_id,
         "preset": recipe.preset,
         "val_seed_start": cfg.trainer.val_seed_start,
+        "settings": {**rl_made, **ran},
         "rows": rows,
         "minutes": _minutes(out),
     }
     (out / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     print(format_results(results))
     return results
+
+
+def _number(value: float) -> str:
+    """2e-4 as "2e-4", 1.5e-5 as "1.5e-5": an lr as people write it."""
+    mantissa, exponent = f"{value:e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def sft_label(recipe: Recipe) -> str:
+    """E.g. "SFT (400 solver episodes, 5 epochs, lr 2e-4)"."""
+    epochs = f"{recipe.sft_epochs} epoch{'s' * (recipe.sft_epochs != 1)}"
+    return f"SFT ({recipe.sft_episodes} solver episodes, {epochs}, lr {_number(recipe.sft_lr)})"
+
+
+def rl_label(rl: dict[str, Any], budget: float | None) -> str:
+    """E.g. "SFT + StarPO-S (37 steps, 30.2 of 30 min)": the steps it ran and its training
+    minutes (of the --rl-minutes budget); a record from before those were kept: none."""
+    steps, minutes = rl.get("steps"), rl.get("train_minutes")
+    if steps is None or minutes is None:
+        return "SFT + StarPO-S"
+    spent = f"{minutes:.1f} of {budget:g} min" if budget else f"{minutes:.1f} min"
+    return f"SFT + StarPO-S ({steps} step{'s' * (steps != 1)}, {spent})"
 
 
 def _minutes(out: Path) -> dict[str, float]:
@@ -227,16 +382,18 @@ def format_results(results: dict[str, Any]) -> str:
     """The recipe's table: success with 95% intervals per row, RL's own contribution, and
     where the time went."""
     rows = results["rows"]
+    labels = {name: row.get("label", name) for name, row in rows.items()}
+    width = max(16, *(len(label) + 2 for label in labels.values()))
     lines = [
         f"{results['env']}: validation seeds from {results['val_seed_start']}, "
         f"preset {results['preset']}",
-        f"{'policy':<16}{'episodes':>9}{'success':>9}  {'95% CI':<17}{'format ok':>10}",
+        f"{'policy':<{width}}{'episodes':>9}{'success':>9}  {'95% CI':<17}{'format ok':>10}",
     ]
     for name, row in rows.items():
         interval = f"{row['success_ci95_low']:.1%} - {row['success_ci95_high']:.1%}"
         lines.append(
-            f"{name:<16}{row['num_episodes']:>9}{row['success']:>9.1%}  {interval:<17}"
-            f"{row['format_ok']:>10.1%}"
+            f"{labels[name]:<{width}}{row['num_episodes']:>9}{row['success']:>9.1%}  "
+            f"{interval:<17}{row['format_ok']:>10.1%}"
         )
     sft, rl = rows.get("SFT"), rows.get("SFT + StarPO-S")
     if sft and rl:

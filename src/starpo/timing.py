@@ -4,13 +4,22 @@ timer = Timer()
 with timer("rollout"):
     ...
 timer.metrics()  # {"timing_s/rollout": 1.23}
+
+And the one rule for a training run's cumulative training minutes (`perf/train_minutes`),
+which `trainer.max_minutes` budgets and `starpo report --x minutes` plots. Stdlib-only:
+the report imports it.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
+
+#: The cumulative training minutes logged on every step's metrics line (a timing: perf/).
+TRAIN_MINUTES = "perf/train_minutes"
 
 
 class Timer:
@@ -29,3 +38,38 @@ class Timer:
 
     def metrics(self, prefix: str = "timing_s/") -> dict[str, float]:
         return {f"{prefix}{name}": value for name, value in self.seconds.items()}
+
+
+def _seconds(metrics: Mapping[str, Any], key: str) -> float:
+    value = metrics.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return 0.0  # absent, or logged as null
+    return float(value)
+
+
+def step_train_seconds(metrics: Mapping[str, Any]) -> float:
+    """A step's training seconds: its wall-clock (`timing_s/step`) minus its validation
+    (`timing_s/validation`), plus the time the previous checkpoint save held the run up
+    (`perf/checkpoint_s`, which rides on this step's line). Rollout, update and saving
+    count; validation does not, so the validation cadence does not change how much
+    training a budget buys. 0 for a line without `timing_s/step` (step 0's validation)."""
+    step = _seconds(metrics, "timing_s/step")
+    if step == 0.0:
+        return 0.0
+    training = max(0.0, step - _seconds(metrics, "timing_s/validation"))
+    return training + _seconds(metrics, "perf/checkpoint_s")
+
+
+def train_minutes(records: Iterable[Mapping[str, Any]]) -> list[float]:
+    """The cumulative training minutes at each metrics line, in order: `perf/train_minutes`
+    where logged, else (runs from before it was logged) the running sum of
+    `step_train_seconds`."""
+    total, out = 0.0, []
+    for record in records:
+        logged = record.get(TRAIN_MINUTES)
+        if isinstance(logged, int | float) and not isinstance(logged, bool):
+            total = float(logged)
+        else:
+            total += step_train_seconds(record) / 60
+        out.append(total)
+    return out

@@ -267,3 +267,75 @@ def test_report_cli_writes_pngs_and_fails_in_one_line(tmp_path):
         timeout=120,
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+# ------------------------------------------------------------------ --x minutes
+def _timed_run(root: Path, name: str, step_s: float, logged: bool) -> Path:
+    """Six steps of `step_s` training seconds, a 100-s validation every third step (not
+    training time), a step-0 validation, and an alert at step 4. `logged`: the run logs
+    perf/train_minutes (else the report derives it from the step timings)."""
+    run = root / name
+    run.mkdir()
+    records = [{"step": 0, "val/bandit/success": 0.0, "timing_s/validation": 100.0}]
+    for step in range(1, 7):
+        record = {"step": step, "train/bandit/success": step / 6, "timing_s/step": step_s}
+        if step % 3 == 0:
+            record.update({"val/bandit/success": step / 6, "timing_s/validation": 100.0})
+            record["timing_s/step"] += 100.0
+        if logged:
+            record["perf/train_minutes"] = step * step_s / 60
+        records.append(record)
+    _write_jsonl(run / "metrics.jsonl", records)
+    _write_jsonl(run / "alerts.jsonl", [{"step": 4, "severity": "warning", "rule": "entropy"}])
+    return run
+
+
+def _line_x(fig, title: str, label: str) -> list[float]:
+    ax = next(ax for ax in fig.axes if ax.get_title() == title)
+    return list(next(line for line in ax.lines if line.get_label() == label).get_xdata())
+
+
+@pytest.mark.parametrize("logged", [True, False])
+def test_minutes_axis_places_steps_at_their_training_minutes(tmp_path, logged):
+    run = load_run(_timed_run(tmp_path, "run", step_s=30.0, logged=logged))
+    fig = build_figure([run], x="minutes")
+    assert _line_x(fig, "Success rate", "train") == pytest.approx([0.5, 1, 1.5, 2, 2.5, 3])
+    assert _line_x(fig, "Success rate", "val") == pytest.approx([0.0, 1.5, 3.0])  # val excluded
+    assert [line.get_xdata()[0] for line in _alert_lines(fig)] == pytest.approx([2.0] * len(PANELS))
+    assert {ax.get_xlabel() for ax in fig.axes if ax.get_visible()} == {"training minutes"}
+    steps = build_figure([run])  # the default stays steps
+    assert _line_x(steps, "Success rate", "train") == [1, 2, 3, 4, 5, 6]
+
+
+def test_minutes_axis_compares_runs_at_the_same_budget(tmp_path):
+    fast = _timed_run(tmp_path, "fast", step_s=30.0, logged=True)
+    slow = _timed_run(tmp_path, "slow", step_s=90.0, logged=False)
+    paths = write_report([fast, slow], tmp_path / "cmp", x="minutes")
+    assert {p.name for p in paths} == {"compare.png", "success.png"}
+    for path in paths:
+        _assert_png(path)
+    fig = build_figure([load_run(fast), load_run(slow)], x="minutes")
+    ax = next(ax for ax in fig.axes if ax.get_title() == "Success rate")
+    ends = sorted(line.get_xdata()[-1] for line in ax.lines if line.get_gid() is None)
+    assert ends == pytest.approx([3.0, 3.0, 9.0, 9.0])  # train and val of each run
+
+
+def test_minutes_axis_needs_step_timings(tmp_path):
+    run = _make_run(tmp_path, "untimed", collapse=False)  # no timing_s/* at all
+    with pytest.raises(UserError) as info:
+        write_report([run], x="minutes")
+    message = str(info.value)
+    assert "untimed" in message and "--x steps" in message and "\n" not in message
+    assert not (run / "report").exists()
+
+
+def test_report_cli_takes_x_minutes(tmp_path, capsys):
+    from starpo import cli
+
+    run = _timed_run(tmp_path, "run", step_s=30.0, logged=True)
+    assert cli.main(["report", str(run), "--x", "minutes", "--out", str(tmp_path / "o")]) == 0
+    assert capsys.readouterr().out.split()[0] == str(tmp_path / "o" / "overview.png")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["report", str(run), "--x", "hours"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'hours'" in capsys.readouterr().err

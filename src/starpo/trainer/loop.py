@@ -15,14 +15,15 @@ from starpo.envs import make
 from starpo.errors import UserError
 from starpo.logs import console_logger, warn
 from starpo.memory import return_large_frees_to_os
-from starpo.models.precision import precision_for, rollout_dtype
+from starpo.models.precision import compute_dtype, precision_for, rollout_dtype
 from starpo.planning import planned_checkpoint_size
 from starpo.registry import GENERATION_BACKENDS
 from starpo.rollout.engine import RolloutEngine
 from starpo.rollout.evaluate import ModelEvalResult, play_seeds
 from starpo.runs import RunFolder
-from starpo.timing import Timer
+from starpo.timing import TRAIN_MINUTES, Timer, step_train_seconds
 from starpo.trainer.batch import TrainBatch, build_batch
+from starpo.trainer.budget import STATE_KEY, TrainingBudget, resumed_minutes
 from starpo.trainer.checkpoint import (
     capture_rng_state,
     check_free_space,
@@ -106,7 +107,7 @@ class Trainer:
         """`model`/`tokenizer`: an already built policy to train instead of loading
         `cfg.model.name` (e.g. a model made in-process); both or neither."""
         from starpo.models import load_model
-        from starpo.models.loading import resolve_device, resolve_dtype
+        from starpo.models.loading import resolve_device
 
         self.cfg, self.run_dir, self.quiet = cfg, Path(run_dir), quiet
         return_large_frees_to_os()  # a freed rollout KV cache must not stay resident
@@ -118,7 +119,7 @@ class Trainer:
             torch.set_num_threads(cfg.trainer.num_threads)
         torch.manual_seed(cfg.trainer.seed)
         device = resolve_device(cfg.model.device)
-        self.precision = precision_for(resolve_dtype(cfg.model.dtype, device), device)
+        self.precision = precision_for(compute_dtype(cfg.model.dtype, device), device)
         planned = planned_checkpoint_size(cfg) if model is None else None
         if planned is not None:
             check_free_space(self.run_dir, planned)  # from the model's config: before it loads
@@ -157,6 +158,7 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.memory = ResponseMemory()
         self.guard = CollapseGuard(cfg.diagnostics, self.run_dir, self.say, resume=resume)
+        self.budget = TrainingBudget(cfg.trainer.max_minutes)  # minutes used: see _resume
         if resume:
             self._resume()
         save_config(cfg, self.folder.config)
@@ -200,30 +202,31 @@ class Trainer:
 
     # ------------------------------------------------------------------------- loop
     def train(self, until_step: int | None = None) -> list[dict[str, Any]]:
-        """Run the remaining steps (up to `until_step`, default all); returns the metrics of
-        every step logged in this call. The final model is exported after the last step."""
+        """Run the remaining steps (up to `until_step`, default all; fewer when the budget
+        trainer.max_minutes is spent); returns the metrics of every step logged in this
+        call. The final model is exported after the last step."""
         total, history = self.cfg.trainer.total_steps, []
         last = total if until_step is None else min(until_step, total)
+        if self.budget.spent:  # resumed with its budget used up: nothing left to train
+            self.say(self.budget.spent_line(self.start_step))
+            last = self.start_step
         try:
             self.start_workers()
             if self.start_step == 0 and self.cfg.trainer.val_before_train:
                 history.append(self._log(0, self.validate(0)))
             for step in range(self.start_step + 1, last + 1):
-                timer = Timer()
-                with timer("step"):
-                    metrics = self.train_step(step)
-                    if self.cfg.trainer.val_every and self._due(step, self.cfg.trainer.val_every):
-                        metrics.update(self.validate(step))
-                metrics.update(timer.metrics())
-                metrics.update(self.saver.take_cost())  # the previous save's cost, once
+                metrics, out_of_time = self._step(step)
                 verdict = self.guard.diagnose(step, metrics, self.skips)
                 history.append(self._log(step, metrics))
-                if self._due(step, self.cfg.trainer.save_every) or step == last:
+                if self._due(step, self.cfg.trainer.save_every, out_of_time) or step == last:
                     self.save(step, healthy=verdict.state == "healthy")
                 if verdict.state == "collapse" and self.guard.respond(step, self):
                     break
+                if out_of_time:
+                    self.say(self.budget.stop_line(step))
+                    break
             self.wait_for_checkpoint()  # a background write's error stops the run here
-            if last == total:
+            if last == total or self.budget.spent:
                 self.export_final()
         finally:
             self.saver.close()  # on an error, still let the write in flight finish
@@ -302,8 +305,27 @@ class Trainer:
             self.cluster.close()
             self.cluster = None
 
-    def _due(self, step: int, every: int) -> bool:
-        return step == self.cfg.trainer.total_steps or (every > 0 and step % every == 0)
+    def _due(self, step: int, every: int, last_step: bool = False) -> bool:
+        """Whether a validation or save every `every` steps falls on `step`, or it is the last."""
+        final = last_step or step == self.cfg.trainer.total_steps
+        return final or (every > 0 and step % every == 0)
+
+    def _step(self, step: int) -> tuple[dict[str, float], bool]:
+        """One step and its validation when due, timed (timing_s/step includes the
+        validation); and whether its training time spent the budget (trainer.max_minutes),
+        which makes it the last step."""
+        timer = Timer()
+        with timer("step"):
+            metrics = self.train_step(step)
+        metrics.update(self.saver.take_cost())  # the previous save's cost, once
+        out_of_time = self.budget.charge(step_train_seconds({**metrics, **timer.metrics()}))
+        every = self.cfg.trainer.val_every
+        if every and self._due(step, every, out_of_time):
+            with timer("step"):
+                metrics.update(self.validate(step))
+        metrics.update(timer.metrics())
+        metrics[TRAIN_MINUTES] = self.budget.used_minutes
+        return metrics, out_of_time
 
     def train_step(self, step: int) -> dict[str, float]:
         """One StarPO iteration: rollout -> filter -> advantages -> update; its metrics."""
@@ -440,6 +462,8 @@ class Trainer:
             "grad_norm": "actor/grad_norm",
             "val_success": f"{val}/success",
         }
+        if self.budget.max_minutes is not None:
+            keys["train_min"] = TRAIN_MINUTES
         self.say(format_step_line(step, self.cfg.trainer.total_steps, metrics, keys))
         return {"step": step, **metrics}
 
@@ -476,6 +500,7 @@ class Trainer:
             "trainer_state": {
                 "runtime_config": guard["runtime_config"],  # changed by a rollback
                 "consecutive_skips": self.skips.consecutive,
+                STATE_KEY: self.budget.used_minutes,  # trainer.max_minutes counts across resumes
             },
         }
         if self.cfg.trainer.checkpoint_contents == "weights":
@@ -527,6 +552,7 @@ class Trainer:
         restore_rng_state(state["rng"])
         self.skips.consecutive = int(trainer_state.get("consecutive_skips", 0))
         self.start_step = int(state["step"])
+        self.budget.used_minutes = resumed_minutes(trainer_state, self.run_dir, self.start_step)
         diagnostics = state.get("diagnostics") or {}
         if diagnostics:
             self.memory.load_state_dict(diagnostics["memory"])

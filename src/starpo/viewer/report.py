@@ -4,7 +4,9 @@ Reads only result files: `RUN/metrics.jsonl` (one `{"step": ..., "<metric>": ...
 a line) and the optional `RUN/alerts.jsonl` (the collapse detector's warnings). One run
 gives `RUN/report/overview.png` (a grid of panels) plus one PNG per panel; several runs give
 `compare.png` plus per-panel PNGs with one line per run. Alerts are vertical lines at their
-step, coloured by severity.
+step, coloured by severity. `--x minutes` plots every panel against the run's cumulative
+training minutes instead of its steps (`starpo.timing.train_minutes`: validation excluded),
+to compare methods at the same wall-clock budget.
 
 Figures are built on `matplotlib.figure.Figure` directly, never through pyplot: no GUI
 backend, no global figure registry, nothing to close; PNGs are rendered by Agg.
@@ -26,6 +28,7 @@ from matplotlib.lines import Line2D
 from starpo.errors import UserError
 from starpo.logs import warn
 from starpo.runs import ALERTS_FILE, METRICS_FILE, REPORT_DIR, check_writable, load_jsonl
+from starpo.timing import train_minutes
 
 DPI = 100
 SEVERITY_COLORS = {"warning": "#f28e2b", "collapse": "#d62728"}
@@ -34,6 +37,8 @@ SERIES_STYLES = ("-", "--", ":", "-.")
 # Line colours skip orange and red, which mark alerts.
 LINE_COLORS = ("C0", "C2", "C4", "C9", "C5", "C6", "C8", "C7")
 ALERT_STYLES = ("-", "--", ":", "-.")
+#: What the x axis can show (`--x`), and its label.
+X_AXES = {"steps": "step", "minutes": "training minutes"}
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,15 @@ class RunData:
     series: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     alerts: list[Alert] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # lines skipped while reading
+    # (steps, cumulative training minutes at each): where each step lies on `--x minutes`.
+    minutes: tuple[np.ndarray, np.ndarray] = (np.zeros(0), np.zeros(0))
+
+    def x(self, steps: Sequence[float] | np.ndarray, axis: str = "steps") -> np.ndarray:
+        """Where `steps` lie on the x axis `axis` (see X_AXES); a step between two logged
+        ones (an alert) lies between their minutes."""
+        if axis == "steps":
+            return np.asarray(steps)
+        return np.interp(np.asarray(steps, dtype=float), *self.minutes)
 
 
 def _read_records(path: Path, warnings: list[str]) -> list[dict]:
@@ -109,6 +123,13 @@ def _as_number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
+
+
+def _collect_minutes(records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, cumulative training minutes) in step order; a repeated step keeps its last."""
+    by_step = dict(zip((r["step"] for r in records), train_minutes(records), strict=True))
+    steps = sorted(by_step)
+    return np.array(steps, dtype=float), np.array([by_step[s] for s in steps], dtype=float)
 
 
 def _collect_series(records: list[dict]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -137,7 +158,8 @@ def load_run(run_dir: Path, name: str | None = None) -> RunData:
             "pass the folder given to `starpo train`"
         )
     run = RunData(name or run_dir.resolve().name, run_dir)
-    run.series = _collect_series(_read_records(run_dir / METRICS_FILE, run.warnings))
+    records = _read_records(run_dir / METRICS_FILE, run.warnings)
+    run.series, run.minutes = _collect_series(records), _collect_minutes(records)
     if (run_dir / ALERTS_FILE).is_file():
         for record in _read_records(run_dir / ALERTS_FILE, run.warnings):
             severity = str(record.get("severity") or record.get("state") or "warning")
@@ -171,14 +193,17 @@ def panel_series(run: RunData, panel: Panel) -> list[tuple[str, str]]:
     return found
 
 
-def _plot_series(ax: Axes, run: RunData, key: str, color: str, style: str, label: str) -> None:
+def _plot_series(
+    ax: Axes, run: RunData, key: str, color: str, style: str, label: str, x: str = "steps"
+) -> None:
     """One metric line; sparse series (validation) get point markers; CI bands are shaded."""
     steps, values = run.series[key]
     marker = "o" if len(steps) <= 40 else None
-    ax.plot(steps, values, linestyle=style, color=color, marker=marker, markersize=3, label=label)
+    xs = run.x(steps, x)
+    ax.plot(xs, values, linestyle=style, color=color, marker=marker, markersize=3, label=label)
     low, high = run.series.get(key + "_ci95_low"), run.series.get(key + "_ci95_high")
     if low is not None and high is not None and np.array_equal(low[0], high[0]):
-        ax.fill_between(low[0], low[1], high[1], color=color, alpha=0.15, linewidth=0)
+        ax.fill_between(run.x(low[0], x), low[1], high[1], color=color, alpha=0.15, linewidth=0)
 
 
 def alert_spells(steps: Sequence[int]) -> list[tuple[int, int]]:
@@ -193,7 +218,7 @@ def alert_spells(steps: Sequence[int]) -> list[tuple[int, int]]:
     return spells
 
 
-def _draw_alerts(ax: Axes, run: RunData, style: str) -> int:
+def _draw_alerts(ax: Axes, run: RunData, style: str, x: str = "steps") -> int:
     """For each spell of `run`'s alerts of one severity: a vertical line where it starts
     and a light band over the steps it lasts, coloured by severity; returns the spells."""
     by_severity: dict[str, list[int]] = {}
@@ -202,7 +227,8 @@ def _draw_alerts(ax: Axes, run: RunData, style: str) -> int:
     count = 0
     for severity, steps in by_severity.items():
         color = SEVERITY_COLORS.get(severity, UNKNOWN_SEVERITY_COLOR)
-        for first, last in alert_spells(steps):
+        for spell in alert_spells(steps):
+            first, last = run.x(spell, x)
             ax.axvline(first, color=color, linestyle=style, linewidth=1.2, alpha=0.8,
                        gid=f"alert-{severity}")  # fmt: skip
             if last > first:
@@ -211,23 +237,26 @@ def _draw_alerts(ax: Axes, run: RunData, style: str) -> int:
     return count
 
 
-def draw_panel(ax: Axes, runs: Sequence[RunData], panel: Panel, colors: Sequence[str]) -> bool:
-    """Draw `panel` for every run on `ax`; False (and a "no data" note) when nothing matched.
+def draw_panel(
+    ax: Axes, runs: Sequence[RunData], panel: Panel, colors: Sequence[str], x: str = "steps"
+) -> bool:
+    """Draw `panel` for every run on `ax` against `x` (steps or minutes); False (and a "no
+    data" note) when nothing matched.
 
     One run: one colour per series. Several runs: one colour per run, one line style per
     series (the figure legend names the runs).
     """
     ax.set_title(panel.title, fontsize=10)
-    ax.set_xlabel("step", fontsize=8)
+    ax.set_xlabel(X_AXES[x], fontsize=8)
     ax.tick_params(labelsize=8)
     ax.grid(True, alpha=0.3)
     drew = False
     for r, run in enumerate(runs):
         for s, (label, key) in enumerate(panel_series(run, panel)):
             color = colors[s] if len(runs) == 1 else colors[r]
-            _plot_series(ax, run, key, color, SERIES_STYLES[s % len(SERIES_STYLES)], label)
+            _plot_series(ax, run, key, color, SERIES_STYLES[s % len(SERIES_STYLES)], label, x)
             drew = True
-        _draw_alerts(ax, run, ALERT_STYLES[r % len(ALERT_STYLES)] if len(runs) > 1 else "-")
+        _draw_alerts(ax, run, ALERT_STYLES[r % len(ALERT_STYLES)] if len(runs) > 1 else "-", x)
     if not drew:
         ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes,
                 fontsize=11, color="#888888")  # fmt: skip
@@ -282,9 +311,13 @@ def run_names(runs: Sequence[RunData]) -> str:
 
 
 def build_figure(
-    runs: Sequence[RunData], panels: Sequence[Panel] = PANELS, title: str | None = None
+    runs: Sequence[RunData],
+    panels: Sequence[Panel] = PANELS,
+    title: str | None = None,
+    x: str = "steps",
 ) -> Figure:
-    """A figure with one subplot per panel (3 columns at most), ready to save.
+    """A figure with one subplot per panel (3 columns at most) against `x` (see X_AXES),
+    ready to save.
 
     Alert lines (one where each spell of alerts starts) carry the gid `alert-<severity>`,
     so callers can find them in `ax.lines`.
@@ -296,7 +329,7 @@ def build_figure(
     colors = [LINE_COLORS[i % len(LINE_COLORS)] for i in range(max(len(runs), 4))]
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     for ax, panel in zip(axes, panels, strict=False):
-        draw_panel(ax, runs, panel, colors)
+        draw_panel(ax, runs, panel, colors, x)
     for ax in axes[len(panels) :]:
         ax.set_visible(False)
     default = run_names(runs) if len(runs) == 1 else f"compare: {run_names(runs)}"
@@ -310,8 +343,19 @@ def _run_names(run_dirs: Sequence[Path]) -> list[str]:
     return [str(d) if names.count(n) > 1 else n for d, n in zip(run_dirs, names, strict=True)]
 
 
-def write_report(run_dirs: list[Path], out_dir: Path | None = None) -> list[Path]:
-    """Write the PNGs for one run or a comparison of several; returns the written paths.
+def check_minutes(runs: Sequence[RunData]) -> None:
+    """A UserError for a run that logged no step timings: it has no minutes to plot."""
+    for run in runs:
+        if not np.any(run.minutes[1] > 0):
+            raise UserError(
+                f"{run.path} logs no step timings (perf/train_minutes or timing_s/step) to "
+                "plot against minutes; use --x steps"
+            )
+
+
+def write_report(run_dirs: list[Path], out_dir: Path | None = None, x: str = "steps") -> list[Path]:
+    """Write the PNGs for one run or a comparison of several, against `x` (steps or
+    minutes); returns the written paths.
 
     One run: `overview.png` plus one PNG per panel with data, in `out_dir` or `RUN/report/`.
     Several: `compare.png` plus one PNG per panel, in `out_dir` or `./report-compare/`.
@@ -320,20 +364,24 @@ def write_report(run_dirs: list[Path], out_dir: Path | None = None) -> list[Path
     """
     if not run_dirs:
         raise UserError("no run folder given; pass at least one training run folder")
+    if x not in X_AXES:
+        raise UserError(f"--x must be one of {', '.join(X_AXES)}, got {x!r}")
     run_dirs = [Path(d) for d in run_dirs]
     runs = [load_run(d, n) for d, n in zip(run_dirs, _run_names(run_dirs), strict=True)]
     for run in runs:
         for message in run.warnings:
             warn(message, "starpo.report")
+    if x == "minutes":
+        check_minutes(runs)
     if out_dir is None:
         out_dir = run_dirs[0] / REPORT_DIR if len(runs) == 1 else Path("report-compare")
     out_dir = Path(out_dir)
     check_writable(out_dir, "report folder")  # a file, or a path under one, is one line
     main_name = "overview.png" if len(runs) == 1 else "compare.png"
-    written = [_save(build_figure(runs), out_dir / main_name)]
+    written = [_save(build_figure(runs, x=x), out_dir / main_name)]
     for panel in PANELS:
         if any(panel_series(run, panel) for run in runs):
-            fig = build_figure(runs, [panel], title=run_names(runs))
+            fig = build_figure(runs, [panel], title=run_names(runs), x=x)
             written.append(_save(fig, out_dir / f"{panel.name}.png"))
     return written
 
@@ -344,9 +392,9 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def report_main(runs: list[str], out: str | None) -> int:
+def report_main(runs: list[str], out: str | None, x: str = "steps") -> int:
     """CLI entry: write the report and print one written path a line; returns exit code 0."""
-    paths = write_report([Path(r) for r in runs], Path(out) if out is not None else None)
+    paths = write_report([Path(r) for r in runs], Path(out) if out is not None else None, x)
     for path in paths:
         print(path)
     return 0

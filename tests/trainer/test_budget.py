@@ -1,0 +1,126 @@
+"""trainer.max_minutes: the budget's arithmetic, the training-minutes rule (validation out,
+saving in) under a fake clock, and how a resumed run finds the minutes it had used."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from starpo import timing
+from starpo.timing import TRAIN_MINUTES, Timer, step_train_seconds, train_minutes
+from starpo.trainer.budget import STATE_KEY, TrainingBudget, resumed_minutes
+
+
+class FakeClock:
+    """`time.perf_counter` that moves only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=fake.perf_counter))
+    return fake
+
+
+def play_step(
+    clock: FakeClock, budget: TrainingBudget, train_s: float, val_s: float = 0.0, save_s=None
+) -> tuple[dict[str, float], bool]:
+    """A step timed as `Trainer._step` times it: training in one `step` block, then the
+    budget's verdict, then validation (when any) in a second `step` block."""
+    timer = Timer()
+    with timer("step"):
+        clock.advance(train_s)
+    metrics = {} if save_s is None else {"perf/checkpoint_s": save_s}
+    out_of_time = budget.charge(step_train_seconds({**metrics, **timer.metrics()}))
+    if val_s:
+        with timer("step"), timer("validation"):
+            clock.advance(val_s)
+    metrics.update(timer.metrics())
+    metrics[TRAIN_MINUTES] = budget.used_minutes
+    return metrics, out_of_time
+
+
+def test_no_budget_is_never_spent():
+    budget = TrainingBudget(None)
+    assert not budget.charge(10**9) and not budget.spent
+    assert budget.used_minutes == pytest.approx(10**9 / 60)
+
+
+def test_the_step_that_reaches_the_budget_is_the_last(clock):
+    budget = TrainingBudget(max_minutes=1.0)
+    verdicts = [play_step(clock, budget, train_s=25.0)[1] for _ in range(3)]
+    assert verdicts == [False, False, True]  # 25, 50, 75 s against 60 s
+    assert budget.spent and budget.used_minutes == pytest.approx(1.25)
+    exact = TrainingBudget(max_minutes=1.0)
+    assert [play_step(clock, exact, train_s=30.0)[1] for _ in range(2)] == [False, True]
+
+
+def test_validation_does_not_count_and_saving_does(clock):
+    budget = TrainingBudget(max_minutes=1.0)
+    metrics, out_of_time = play_step(clock, budget, train_s=20.0, val_s=500.0)
+    assert not out_of_time and budget.used_minutes == pytest.approx(20 / 60)
+    assert metrics["timing_s/step"] == pytest.approx(520.0)  # the step's wall-clock
+    assert step_train_seconds(metrics) == pytest.approx(20.0)  # re-derived from the line
+    metrics, _ = play_step(clock, budget, train_s=20.0, save_s=15.0)  # the last save's cost
+    assert budget.used_minutes == pytest.approx(55 / 60)
+    assert metrics[TRAIN_MINUTES] == budget.used_minutes
+    assert play_step(clock, budget, train_s=5.0, val_s=1000.0)[1]  # 60 s of training
+
+
+def test_validation_cadence_does_not_change_how_many_steps_a_budget_buys(clock):
+    def steps_until_spent(val_every: int) -> int:
+        budget, step, out_of_time = TrainingBudget(max_minutes=2.0), 0, False
+        while not out_of_time:
+            step += 1
+            val_s = 30.0 if step % val_every == 0 else 0.0
+            out_of_time = play_step(clock, budget, train_s=10.0, val_s=val_s)[1]
+        return step
+
+    assert steps_until_spent(1) == steps_until_spent(5) == steps_until_spent(10**6) == 12
+
+
+def test_lines_name_the_setting_the_step_and_the_way_on():
+    budget = TrainingBudget(max_minutes=0.5, used_minutes=0.61)
+    assert budget.stop_line(7) == (
+        "trainer.max_minutes=0.5 reached at step 7 (0.61 minutes of training): the run stops there"
+    )
+    line = budget.spent_line(7)
+    assert "\n" not in line and "raise trainer.max_minutes" in line and "--resume" in line
+
+
+def test_train_minutes_are_logged_or_re_derived_from_step_timings():
+    rows = [
+        {"step": 0, "timing_s/validation": 50.0},  # validation before training: 0
+        {"step": 1, "timing_s/step": 70.0, "timing_s/validation": 10.0},
+        {"step": 2, "timing_s/step": 30.0, "perf/checkpoint_s": 30.0},
+        {"step": 3, "timing_s/step": None},  # a null timing adds nothing
+    ]
+    assert train_minutes(rows) == pytest.approx([0.0, 1.0, 2.0, 2.0])
+    # Logged values win; unlogged lines after them add on (a run resumed by older code).
+    logged = [{"step": 1, TRAIN_MINUTES: 5.0}, {"step": 2, "timing_s/step": 60.0}]
+    assert train_minutes(logged) == pytest.approx([5.0, 6.0])
+    assert train_minutes([]) == []
+
+
+def test_a_resumed_run_takes_its_minutes_from_the_checkpoint_or_its_metrics(tmp_path: Path):
+    rows = [
+        {"step": 1, "timing_s/step": 60.0},
+        {"step": 2, "timing_s/step": 120.0},
+        {"step": 3, "timing_s/step": 600.0},  # after the checkpoint: not counted
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert resumed_minutes({STATE_KEY: 1.5}, tmp_path, step=2) == 1.5
+    assert resumed_minutes({}, tmp_path, step=2) == pytest.approx(3.0)  # older checkpoint
+    assert resumed_minutes({}, tmp_path / "no-metrics", step=2) == 0.0
