@@ -39,13 +39,13 @@ def test_recipe_runs_every_stage_and_resumes(tmp_path: Path, tiny_model_dir: Pat
     ]
     results = run_recipe("sokoban", tmp_path, quick=True, overrides=overrides, eval_seeds=3)
 
-    assert list(results["rows"]) == ["base", "SFT", "SFT + StarPO-S", "base, think"]
+    assert list(results["rows"]) == ["base", "SFT", "SFT + GRPO", "base, think"]
     for row in results["rows"].values():
         assert row["num_episodes"] == 3  # the same validation seeds for every row
         assert 0.0 <= row["success_ci95_low"] <= row["success"] <= row["success_ci95_high"]
     assert (tmp_path / "sft" / "sft_summary.json").exists()
-    assert (tmp_path / "rl" / "final" / "config.json").exists()
-    for folder in ("base", "base-think", "sft-eval", "rl-eval"):
+    assert (tmp_path / "rl-grpo" / "final" / "config.json").exists()
+    for folder in ("base", "base-think", "sft-eval", "rl-grpo-eval"):
         assert (tmp_path / folder / "trajectories.jsonl").exists()
     think = [json.loads(line) for line in open(tmp_path / "base-think" / "trajectories.jsonl")]
     assert all(turn["response"].startswith("<think>") for t in think for turn in t["turns"])
@@ -54,8 +54,8 @@ def test_recipe_runs_every_stage_and_resumes(tmp_path: Path, tiny_model_dir: Pat
         "base, think",
         "sft",
         "SFT eval",
-        "StarPO-S",
-        "StarPO-S eval",
+        "RL grpo",
+        "RL grpo eval",
     }
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["rows"] == results["rows"]
@@ -65,7 +65,7 @@ def test_recipe_runs_every_stage_and_resumes(tmp_path: Path, tiny_model_dir: Pat
     printed = capsys.readouterr().out
     assert printed.count("done before") == 6  # every stage resumed, none re-run
     assert again["rows"] == results["rows"]
-    assert "StarPO-S's own contribution" in format_results(again)
+    assert "GRPO's own contribution" in format_results(again)
 
 
 def test_unknown_recipe_names_the_choices():
@@ -161,7 +161,7 @@ def test_recipe_flags_reach_the_stages_and_label_the_rows(tmp_path, stubbed, cap
     assert labels == [
         "base",
         "SFT (400 solver episodes, 5 epochs, lr 2e-4)",
-        "SFT + StarPO-S (3 steps, 30.8 of 30 min)",
+        "SFT + GRPO (3 steps, 30.8 of 30 min)",
         "base, think",
     ]
     assert results["settings"] == {
@@ -169,10 +169,9 @@ def test_recipe_flags_reach_the_stages_and_label_the_rows(tmp_path, stubbed, cap
         "sft_epochs": 5,
         "sft_lr": 2e-4,
         "rl_minutes": 30.0,
-        "rl_steps": BUDGETED_STEPS,
-        "rl_steps_run": 3,
-        "rl_train_minutes": 30.75,
+        "methods": ["grpo"],
     }
+    assert results["rl_runs"] == {"grpo": {"steps": 3, "train_minutes": 30.75}}
     table = capsys.readouterr().out
     assert all(label in table for label in labels)
 
@@ -186,7 +185,7 @@ def test_steps_still_cap_a_budgeted_rl_stage(tmp_path, stubbed):
     assert (trainer.max_minutes, trainer.total_steps) == (2.5, 7)
     assert stubbed["sft"] == [(16, 1, 2e-4)]  # --quick's SFT
     rows = json.loads((tmp_path / "results.json").read_text())["rows"]
-    assert rows["SFT + StarPO-S"]["label"] == "SFT + StarPO-S (3 steps, 30.8 of 2.5 min)"
+    assert rows["SFT + GRPO"]["label"] == "SFT + GRPO (3 steps, 30.8 of 2.5 min)"
 
 
 def test_a_resumed_recipe_made_with_other_sft_settings_is_refused(tmp_path, stubbed, capsys):
@@ -199,7 +198,7 @@ def test_a_resumed_recipe_made_with_other_sft_settings_is_refused(tmp_path, stub
     assert line == (
         f"starpo: error: {tmp_path / 'sft'} was made with --sft-episodes 200, not "
         "--sft-episodes 400: pass the same settings to resume, choose another --out, or "
-        f"delete sft, sft-eval, rl, rl-eval in {tmp_path} to redo them"
+        f"delete sft, sft-eval, rl-grpo, rl-grpo-eval in {tmp_path} to redo them"
     )
     assert stubbed == done  # refused before any stage ran
     # The same settings resume: every stage is kept, none runs again.
@@ -213,9 +212,9 @@ def test_a_finished_rl_stage_with_another_budget_is_refused(tmp_path, stubbed):
     with pytest.raises(UserError) as info:
         run_recipe("sokoban", tmp_path, eval_seeds=3, rl_minutes=20)
     assert str(info.value).startswith(
-        f"{tmp_path / 'rl'} was made with --rl-minutes 10, not --rl-minutes 20: "
+        f"{tmp_path / 'rl-grpo'} was made with --rl-minutes 10, not --rl-minutes 20: "
     )
-    assert str(info.value).endswith(f"delete rl, rl-eval in {tmp_path} to redo them")
+    assert str(info.value).endswith(f"delete rl-grpo, rl-grpo-eval in {tmp_path} to redo them")
 
 
 def test_stages_that_recorded_no_settings_are_taken_as_they_are(tmp_path):
@@ -225,3 +224,52 @@ def test_stages_that_recorded_no_settings_are_taken_as_they_are(tmp_path):
     (tmp_path / "sft-eval" / "stage.json").write_text("{torn")
     wanted = {"sft_episodes": 400, "sft_epochs": 5, "sft_lr": 2e-4}
     check_kept_settings(tmp_path, {"sft": wanted, "sft-eval": wanted})  # no error
+
+
+def test_methods_train_from_the_same_sft_model_with_the_same_budget(tmp_path, stubbed, capsys):
+    from starpo.demo import main
+
+    argv = ["--env", "sokoban", "--out", str(tmp_path), "--eval-seeds", "3", "--no-base"]
+    assert main([*argv, "--rl-minutes", "20", "--methods", "grpo", "gigpo", "ppo"]) == 0
+    trainers = stubbed["train"]
+    assert [t.max_minutes for t in trainers] == [20.0] * 3
+    assert stubbed["sft"] == [(200, 3, 2e-4)]  # one SFT model for all three
+    assert stubbed["evaluate"] == ["sft-eval", "rl-grpo-eval", "rl-gigpo-eval", "rl-ppo-eval"]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert list(results["rows"]) == ["SFT", "SFT + GRPO", "SFT + GiGPO", "SFT + PPO"]
+    assert results["settings"]["methods"] == ["grpo", "gigpo", "ppo"]
+    table = capsys.readouterr().out
+    for label in ("GRPO", "GiGPO", "PPO"):
+        assert f"{label}'s own contribution: +0.0% (not beyond both 95% intervals)" in table
+
+
+def test_each_method_sets_its_estimator_and_keeps_the_preset(tmp_path, stubbed, monkeypatch):
+    seen = []
+    monkeypatch.setattr(
+        recipe_module, "train_rl", lambda cfg, rl_dir: seen.append(cfg) or {"steps": 1}
+    )
+    run_recipe("sokoban", tmp_path, eval_seeds=3, methods=["ppo", "gigpo"], base_rows=False)
+    ppo, gigpo = seen
+    assert (ppo.algorithm.adv_estimator, gigpo.algorithm.adv_estimator) == ("bi_level_gae", "gigpo")
+    assert ppo.model.name == gigpo.model.name == str(tmp_path / "sft")
+    assert ppo.filter == gigpo.filter and ppo.filter.enabled  # StarPO-S for every method
+    assert ppo.optim.actor_lr == gigpo.optim.actor_lr
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (
+            ["--env", "sokoban", "--methods", "dqn"],
+            "--methods takes one or more of grpo, gigpo, ppo, got dqn",
+        ),
+        (["--no-base"], "--no-base sets the multi-turn recipe's stages"),
+    ],
+)
+def test_bad_methods_and_stray_recipe_flags_are_one_line(tmp_path, capsys, argv, error):
+    from starpo.demo import main
+
+    assert main([*argv, "--out", str(tmp_path / "r")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"starpo: error: {error}")
+    assert not (tmp_path / "r").exists()

@@ -102,11 +102,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 #: The recipe's own flags: they mean nothing without --env.
-RECIPE_FLAGS = ("sft_episodes", "sft_epochs", "rl_minutes")
+RECIPE_FLAGS = ("sft_episodes", "sft_epochs", "rl_minutes", "methods")
 
 
 def main(argv: list[str] | None = None) -> int:
-    from starpo.recipe import RECIPES
+    from starpo.recipe import DEFAULT_METHODS, METHODS, RECIPES
 
     recipe = RECIPES["sokoban"]  # the defaults shown in --help (frozenlake's are the same)
     parser = _Parser(description=__doc__.splitlines()[0])
@@ -148,6 +148,20 @@ def main(argv: list[str] | None = None) -> int:
         "validation excluded) instead of the preset's steps; --steps still caps it",
     )
     parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=None,
+        metavar="METHOD",
+        help=f"with --env: RL methods to train from the same SFT model, each with the same "
+        f"budget: {', '.join(METHODS)} (default {' '.join(DEFAULT_METHODS)})",
+    )
+    parser.add_argument(
+        "--no-base",
+        action="store_true",
+        help="with --env: leave out the base model's rows (they never change with the "
+        "SFT or RL settings)",
+    )
+    parser.add_argument(
         "overrides",
         nargs="*",
         help="dotted config overrides of the preset, e.g. trainer.total_steps=20",
@@ -169,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
         show_envs()
         return 0
     stray = [name for name in RECIPE_FLAGS if getattr(args, name) is not None]
+    stray += ["no_base"] if args.no_base else []
     if stray and args.env is None:
         flag = "--" + stray[0].replace("_", "-")
         raise UserError(
@@ -178,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     if args.steps is not None:
         overrides.append(f"trainer.total_steps={args.steps}")
     if args.env is not None:
-        from starpo.recipe import run_recipe
+        from starpo.recipe import DEFAULT_METHODS, run_recipe
 
         name = f"runs/recipe-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}"
         run_recipe(
@@ -190,6 +205,8 @@ def run(args: argparse.Namespace) -> int:
             sft_episodes=args.sft_episodes,
             sft_epochs=args.sft_epochs,
             rl_minutes=args.rl_minutes,
+            methods=args.methods or DEFAULT_METHODS,
+            base_rows=not args.no_base,
         )
         return 0
     out = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")

@@ -10,12 +10,16 @@ not run again, so a stopped recipe resumes where it was):
 2. `sft/`: `starpo sft` on solver episodes from training seeds (never the validation
    seeds), laid out exactly as the RL run's rollouts (the preset's rollout section).
 3. `sft-eval/`: the SFT model on the validation seeds.
-4. `rl/`: `starpo train` with the env's CPU preset from the SFT model (StarPO-S).
-5. `rl-eval/`: the trained policy on the validation seeds.
+4. `rl-<method>/`: `starpo train` with the env's CPU preset (StarPO-S: top-25% groups by
+   reward std, clip-higher, no KL) from the SFT model, once per method (`--methods`):
+   `grpo` (the preset's), `gigpo` (step-level credit) or `ppo` (a critic, bi-level GAE).
+   With `--rl-minutes` every method gets the same budget of training minutes.
+5. `rl-<method>-eval/`: each trained policy on the validation seeds.
 6. `base-think/`: the base model with a think block, on the first 64 seeds under a short
    budget (it never closes its think block: 400 tokens a turn would cost an hour).
 
-Every evaluation uses the same seeds and settings (the preset's rollout section at its
+`--no-base` leaves out stages 1 and 6 (the base model's rows never change with the SFT or
+RL settings). Every evaluation uses the same seeds and settings (the preset's rollout section at its
 validation temperature), so the rows compare; `results.json` holds the table, with 95%
 Wilson intervals, the settings of SFT and RL in the row labels, and the minutes each
 stage took. Each stage from SFT on records the settings it was made with
@@ -31,6 +35,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +68,36 @@ RECIPES: dict[str, Recipe] = {
     "sokoban": Recipe("sokoban", "cpu-sokoban-sft-starpo-s", 200, 3, 2e-4),
     "frozenlake": Recipe("frozenlake", "cpu-frozenlake-sft-starpo-s", 200, 3, 2e-4),
 }
+
+
+@dataclass(frozen=True)
+class Method:
+    """An RL method of the recipe's RL stage: the preset plus `overrides`."""
+
+    label: str  # its row is "SFT + <label>"
+    overrides: tuple[str, ...]
+
+
+#: The RL methods, by the name `--methods` takes; all keep the preset's StarPO-S settings.
+METHODS: dict[str, Method] = {
+    "grpo": Method("GRPO", ("algorithm.adv_estimator=grpo",)),
+    "gigpo": Method("GiGPO", ("algorithm.adv_estimator=gigpo",)),
+    # The critic doubles the update's activations: 4 episodes a micro-batch fit 24 GB
+    # (starpo plan: 15.3 GiB against 25.2 at 8); the gradients do not depend on it.
+    "ppo": Method("PPO", ("algorithm.adv_estimator=bi_level_gae", "optim.micro_batch_size=4")),
+}
+DEFAULT_METHODS = ("grpo",)
+
+
+def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
+    """The names, each known and once; a one-line UserError otherwise."""
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise UserError(
+            f"--methods takes one or more of {', '.join(METHODS)}, got "
+            f"{' '.join(unknown) if unknown else 'none'}"
+        )
+    return tuple(dict.fromkeys(methods))
 
 
 #: trainer.total_steps of an RL stage given --rl-minutes: more than any budget fits, so the
@@ -221,8 +256,9 @@ def check_kept_settings(out: Path, wanted: dict[str, dict[str, Any]]) -> None:
 
 
 def _kept_settings(folder: Path) -> dict[str, Any] | None:
-    """The settings a finished stage recorded (the RL stage's record is in rl/recipe/)."""
-    record = folder / "recipe" / "stage.json" if folder.name == "rl" else folder / "stage.json"
+    """The settings a finished stage recorded (an RL stage's record is in its recipe/)."""
+    nested = folder / "recipe" / "stage.json"
+    record = nested if nested.exists() else folder / "stage.json"
     try:
         return json.loads(record.read_text(encoding="utf-8")).get("settings")
     except (OSError, json.JSONDecodeError, AttributeError):
@@ -284,16 +320,21 @@ def run_recipe(
     sft_episodes: int | None = None,
     sft_epochs: int | None = None,
     rl_minutes: float | None = None,
+    methods: Sequence[str] = DEFAULT_METHODS,
+    base_rows: bool = True,
 ) -> dict[str, Any]:
     """All stages for `env_id` under `out`; returns (and writes) the results table.
     `quick`: a few seeds, steps and episodes, to try the whole path in minutes;
     `overrides`: dotted config overrides of the RL preset (its model.name is the base);
     `eval_seeds`: validation seeds of each row (default the recipe's 256);
     `sft_episodes`, `sft_epochs`: the SFT stage's solver episodes and epochs (default the
-    recipe's); `rl_minutes`: the RL stage's budget of training minutes
-    (trainer.max_minutes; its steps then do not bind unless `overrides` set them)."""
+    recipe's); `rl_minutes`: each RL stage's budget of training minutes
+    (trainer.max_minutes; its steps then do not bind unless `overrides` set them);
+    `methods`: the RL methods (METHODS), each from the same SFT model; `base_rows`: also
+    evaluate the base model (with and without a think block)."""
     from starpo.config import load_config
 
+    methods = check_methods(methods)
     recipe, overrides = configure(
         env_id,
         quick=quick,
@@ -304,11 +345,16 @@ def run_recipe(
         rl_minutes=rl_minutes,
     )
     cfg = load_config(recipe.preset, overrides)
-    sft_dir, rl_dir = out / "sft", out / "rl"
-    rl_cfg = load_config(recipe.preset, [*overrides, f"model.name={sft_dir}"])
+    sft_dir = out / "sft"
     made = sft_settings(recipe)
-    rl_made = {**made, "rl_minutes": recipe.rl_minutes, "rl_steps": rl_cfg.trainer.total_steps}
-    check_kept_settings(out, {"sft": made, "sft-eval": made, "rl": rl_made, "rl-eval": rl_made})
+    rl_cfgs, rl_made, wanted = {}, {}, {"sft": made, "sft-eval": made}
+    for name in methods:
+        method_overrides = [*overrides, *METHODS[name].overrides, f"model.name={sft_dir}"]
+        rl_cfgs[name] = load_config(recipe.preset, method_overrides)
+        steps = rl_cfgs[name].trainer.total_steps
+        rl_made[name] = {**made, "rl_minutes": recipe.rl_minutes, "rl_steps": steps}
+        wanted.update({f"rl-{name}": rl_made[name], f"rl-{name}-eval": rl_made[name]})
+    check_kept_settings(out, wanted)
     settings = cfg.rollout.settings(temperature=cfg.trainer.val_temperature)
     think_settings = replace(settings, think=True, max_new_tokens=recipe.base_think_tokens)
     base = cfg.model.name
@@ -320,25 +366,32 @@ def run_recipe(
         where = out / folder
         return run_stage(where, name, lambda: evaluate(model, cfg, where, play, seeds), made)
 
-    rows = {"base": evaluation("base", "base", base)}
+    rows = {"base": evaluation("base", "base", base)} if base_rows else {}
     run_stage(sft_dir, "sft", lambda: train_sft(recipe, cfg, sft_dir), made)
     rows["SFT"] = evaluation("SFT eval", "sft-eval", str(sft_dir), made=made)
-    rl = run_stage(rl_dir / "recipe", "StarPO-S", lambda: train_rl(rl_cfg, rl_dir), rl_made)
-    rows["SFT + StarPO-S"] = evaluation(
-        "StarPO-S eval", "rl-eval", str(rl_dir / "final"), made=rl_made
-    )
-    # Last: the least telling row (the base model never closes its think block), and the
-    # costliest per episode.
-    seeds = min(recipe.base_think_seeds, recipe.eval_seeds)
-    rows["base, think"] = evaluation("base, think", "base-think", base, think_settings, seeds)
     rows["SFT"]["label"] = sft_label(recipe)
-    rows["SFT + StarPO-S"]["label"] = rl_label(rl, recipe.rl_minutes)
-    ran = {"rl_steps_run": rl.get("steps"), "rl_train_minutes": rl.get("train_minutes")}
+    ran = {}
+    for name in methods:
+        rl_dir, label = out / f"rl-{name}", METHODS[name].label
+        rl = run_stage(
+            rl_dir / "recipe", f"RL {name}", partial(train_rl, rl_cfgs[name], rl_dir), rl_made[name]
+        )
+        row = evaluation(
+            f"RL {name} eval", f"rl-{name}-eval", str(rl_dir / "final"), made=rl_made[name]
+        )
+        rows[f"SFT + {label}"] = {**row, "label": rl_label(label, rl, recipe.rl_minutes)}
+        ran[name] = {"steps": rl.get("steps"), "train_minutes": rl.get("train_minutes")}
+    if base_rows:
+        # Last: the least telling row (the base model never closes its think block), and
+        # the costliest per episode.
+        seeds = min(recipe.base_think_seeds, recipe.eval_seeds)
+        rows["base, think"] = evaluation("base, think", "base-think", base, think_settings, seeds)
     results = {
         "env": env_id,
         "preset": recipe.preset,
         "val_seed_start": cfg.trainer.val_seed_start,
-        "settings": {**rl_made, **ran},
+        "settings": {**made, "rl_minutes": recipe.rl_minutes, "methods": list(methods)},
+        "rl_runs": ran,
         "rows": rows,
         "minutes": _minutes(out),
     }
@@ -359,14 +412,14 @@ def sft_label(recipe: Recipe) -> str:
     return f"SFT ({recipe.sft_episodes} solver episodes, {epochs}, lr {_number(recipe.sft_lr)})"
 
 
-def rl_label(rl: dict[str, Any], budget: float | None) -> str:
-    """E.g. "SFT + StarPO-S (37 steps, 30.2 of 30 min)": the steps it ran and its training
+def rl_label(label: str, rl: dict[str, Any], budget: float | None) -> str:
+    """E.g. "SFT + GiGPO (37 steps, 30.2 of 30 min)": the steps it ran and its training
     minutes (of the --rl-minutes budget); a record from before those were kept: none."""
     steps, minutes = rl.get("steps"), rl.get("train_minutes")
     if steps is None or minutes is None:
-        return "SFT + StarPO-S"
+        return f"SFT + {label}"
     spent = f"{minutes:.1f} of {budget:g} min" if budget else f"{minutes:.1f} min"
-    return f"SFT + StarPO-S ({steps} step{'s' * (steps != 1)}, {spent})"
+    return f"SFT + {label} ({steps} step{'s' * (steps != 1)}, {spent})"
 
 
 def _minutes(out: Path) -> dict[str, float]:
@@ -395,12 +448,14 @@ def format_results(results: dict[str, Any]) -> str:
             f"{labels[name]:<{width}}{row['num_episodes']:>9}{row['success']:>9.1%}  "
             f"{interval:<17}{row['format_ok']:>10.1%}"
         )
-    sft, rl = rows.get("SFT"), rows.get("SFT + StarPO-S")
-    if sft and rl:
+    sft = rows.get("SFT")
+    for name, rl in rows.items():
+        if sft is None or not name.startswith("SFT + "):
+            continue
         gain = rl["success"] - sft["success"]
         beyond = rl["success_ci95_low"] > sft["success_ci95_high"]
         lines.append(
-            f"StarPO-S's own contribution: {gain:+.1%} "
+            f"{name[len('SFT + ') :]}'s own contribution: {gain:+.1%} "
             f"({'beyond' if beyond else 'not beyond'} both 95% intervals)"
         )
     spent = results["minutes"]
