@@ -341,13 +341,18 @@ def grpo_estimator(
     return adv, None
 
 
+def _require_turns(inputs: AdvantageInputs, estimator: str) -> tuple[Tensor, Tensor]:
+    """(turn_rewards, turn_ends) of an estimator that credits turns (see pad_turns)."""
+    turn_rewards = _require(inputs.turn_rewards, "turn_rewards", estimator, "see pad_turns")
+    return turn_rewards, _require(inputs.turn_ends, "turn_ends", estimator, "see pad_turns")
+
+
 def bi_level_estimator(
     inputs: AdvantageInputs, params: AdvantageParams
 ) -> tuple[Tensor, Tensor | None]:
     name = "bi_level_gae"
     values = _require(inputs.values, "values", name, "bi-level GAE needs a critic")
-    turn_rewards = _require(inputs.turn_rewards, "turn_rewards", name, "see pad_turns")
-    turn_ends = _require(inputs.turn_ends, "turn_ends", name, "see pad_turns")
+    turn_rewards, turn_ends = _require_turns(inputs, name)
     adv, ret = bi_level_gae(
         turn_rewards,
         turn_ends,
@@ -366,8 +371,7 @@ def gigpo_estimator(
 ) -> tuple[Tensor, Tensor | None]:
     name = "gigpo"
     group_ids = _require(inputs.group_ids, "group_ids", name, "groups define the baseline")
-    turn_rewards = _require(inputs.turn_rewards, "turn_rewards", name, "see pad_turns")
-    turn_ends = _require(inputs.turn_ends, "turn_ends", name, "see pad_turns")
+    turn_rewards, turn_ends = _require_turns(inputs, name)
     why = "each turn's env state id (Turn.state_key)"
     turn_states = _require(inputs.turn_states, "turn_states", name, why)
     scores = inputs.scores
