@@ -1,15 +1,19 @@
-"""Speed of the trainer's update (`ppo_update`) against the CPU's fp32 matmul peak.
+"""Speed of the trainer's update (`ppo_update`) against the CPU's matmul peak.
 
     python bench/bench_update.py [--repeats 3] [--dtype fp32|bf16|both] [--recompute]
-                                 [--cases demo,trl] [--profile]
+                                 [--cases demo,trl,sokoban] [--profile]
 
-Two cases on the real default model (SmolLM2-135M-Instruct), built from trajectories with
+Three cases on the real default model (SmolLM2-135M-Instruct), built from trajectories with
 the project's own helpers (the rollout engine with a scripted backend, `build_batch`):
 
 - demo: the `cpu-bandit-starpo-s` update: GRPO, 4 groups x 8 bandit trajectories (the
   real bandit prompt, 6 to 12 response tokens), one mini-batch of 32, micro-batches of 8;
 - trl:  1 group of 8 with a ~110-token prompt and 64 response tokens each (the size of
-  the TRL comparison), one mini-batch, one micro-batch.
+  the TRL comparison), one mini-batch, one micro-batch;
+- sokoban: the `cpu-sokoban-sft-starpo-s` update: GRPO, the 2 groups x 8 dialogues the
+  StarPO-S filter keeps, one mini-batch of 16, micro-batches of 8 (one group each), up to
+  10 turns of one action, no think block, replayed solver and random moves (see
+  bench/update_cases.py); it also prints a "where the time goes" table.
 
 FLOPs are counted exactly from the shapes the update computes (not 6 x parameters x
 tokens): the matmuls of the linear layers for every token processed, attention over the
@@ -17,8 +21,12 @@ tokens): the matmuls of the linear layers for every token processed, attention o
 (each shared-prompt position once), x3 for forward and backward (a backward pass does two
 matmuls of its forward's size per matmul). Tokens processed are those the forward passes
 run: the shared prompt once per micro-batch, then each row's own tokens (padding included
-where it is computed). 6 x N x tokens is printed beside it. The fp32 peak is the best
-2048^3 matmul at the start and at the end of the run, the higher of the two.
+where it is computed). 6 x N x tokens is printed beside it. The peak is the best 2048^3
+matmul at the start and at the end of the run, the higher of the two, in the dtype the
+update computes in (fp32, and bf16 when it runs): each fraction divides by its own dtype's
+peak. The dtype defaults to the project's rule (`compute_dtype("auto", "cpu")`: bf16 only
+on a CPU with native bf16). Trained tokens/s counts the tokens processed by the forward
+passes (padding included), agent tokens/s the loss-masked ones.
 """
 
 from __future__ import annotations
@@ -36,7 +44,11 @@ import torch  # noqa: E402
 
 from starpo.config import load_config  # noqa: E402
 from starpo.models import load_model  # noqa: E402
-from starpo.models.precision import Precision  # noqa: E402
+from starpo.models.precision import (  # noqa: E402
+    Precision,
+    compute_dtype,
+    cpu_has_native_bf16,
+)
 from starpo.rollout import RolloutEngine  # noqa: E402
 from starpo.rollout.backend import Generation  # noqa: E402
 from starpo.rollout.chat import ChatTokens  # noqa: E402
@@ -46,6 +58,12 @@ from starpo.trainer.batch import TrainBatch, build_batch  # noqa: E402
 from starpo.trainer.models import build_models  # noqa: E402
 from starpo.trainer.optim import build_optimizers  # noqa: E402
 from starpo.types import Trajectory, Turn  # noqa: E402
+from update_cases import (  # noqa: E402
+    SOKOBAN_PRESET,
+    print_breakdown,
+    recompute_seconds,
+    sokoban_trajectories,
+)
 
 PRESET = "cpu-bandit-starpo-s"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -135,6 +153,7 @@ class Case:
     name: str
     overrides: dict[str, str]
     trajectories: Callable[..., list[Trajectory]]
+    preset: str = PRESET
 
 
 CASES = {
@@ -144,6 +163,7 @@ CASES = {
         {"optim.mini_batch_size": "8", "optim.micro_batch_size": "8"},
         lambda cfg, tok: long_trajectories(tok, rows=8, prompt_tokens=110, response_tokens=64),
     ),
+    "sokoban": Case("sokoban", {}, sokoban_trajectories, SOKOBAN_PRESET),
 }
 
 
@@ -261,18 +281,20 @@ def fresh_batch(batch: TrainBatch) -> TrainBatch:
 
 
 def build_case(case: Case, model, tokenizer, dtype: str):
-    """(config, models, optimizers, batch template) as the trainer builds them."""
+    """(config, models, optimizers, batch template, trajectories) as the trainer builds
+    them."""
     overrides = {"model.dtype": dtype, **case.overrides}
-    cfg = load_config(PRESET, [f"{k}={v}" for k, v in overrides.items()])
+    cfg = load_config(case.preset, [f"{k}={v}" for k, v in overrides.items()])
     models = build_models(cfg, model, tokenizer, Precision(DTYPES[dtype], "cpu"))
     optimizers = build_optimizers(cfg, models.actor, models.critic)
-    template = build_batch(case.trajectories(cfg, tokenizer), tokenizer.pad_token_id, False)
-    return cfg, models, optimizers, template
+    trajectories = case.trajectories(cfg, tokenizer)
+    template = build_batch(trajectories, tokenizer.pad_token_id, False)
+    return cfg, models, optimizers, template, trajectories
 
 
 def run_case(case: Case, model, tokenizer, dtype: str, args) -> dict:
     """Median seconds of `ppo_update` (after a warm-up), with its breakdown and FLOPs."""
-    cfg, models, optimizers, template = build_case(case, model, tokenizer, dtype)
+    cfg, models, optimizers, template, trajectories = build_case(case, model, tokenizer, dtype)
     counter, watch = FlopCounter(model.config), Stopwatch()
     originals = (update.policy_logprobs, update.accumulate_gradients, optimizers.step)
     update.policy_logprobs = counting(counter, originals[0])
@@ -297,7 +319,10 @@ def run_case(case: Case, model, tokenizer, dtype: str, args) -> dict:
     seconds, prepare_s, parts = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
     params = sum(p.numel() for p in model.parameters())
     return {
+        "cfg": cfg,
         "batch": template,
+        "trajectories": trajectories,
+        "recompute": recompute_seconds(template, models, cfg),
         "seconds": seconds,
         "prepare": prepare_s,
         "parts": parts,
@@ -310,9 +335,8 @@ def run_case(case: Case, model, tokenizer, dtype: str, args) -> dict:
     }
 
 
-def report(
-    name: str, dtype: str, result: dict, peak: float, recompute: bool, bf16_peak: float
-) -> None:
+def report(name: str, dtype: str, result: dict, peak: float, recompute: bool) -> None:
+    """The case's numbers; `peak`: the matmul peak in the dtype the update ran in."""
     batch, seconds = result["batch"], result["seconds"]
     rows, width = batch.input_ids.shape
     agent = int(batch.loss_mask.sum())
@@ -329,13 +353,13 @@ def report(
     )
     print(
         f"  tokens processed {result['tokens']} ({result['real_tokens']} without padding), "
-        f"LM head rows {result['head_rows']}"
+        f"LM head rows {result['head_rows']}; trained {result['tokens'] / seconds:.0f} "
+        f"tokens/s, agent {agent / seconds:.0f} tokens/s"
     )
     print(
         f"  FLOPs (exact) {result['flops'] / 1e9:.1f} G -> {achieved:.1f} GFLOP/s = "
-        f"{achieved / peak:.1%} of the fp32 peak;  6ND {result['six_nd'] / 1e9:.1f} G -> "
-        f"{result['six_nd'] / seconds / 1e9 / peak:.1%}"
-        + (f"  ({achieved / bf16_peak:.1%} of the bf16 peak)" if dtype == "bf16" else "")
+        f"{achieved / peak:.1%} of the {dtype} peak ({peak:.1f});  6ND "
+        f"{result['six_nd'] / 1e9:.1f} G -> {result['six_nd'] / seconds / 1e9 / peak:.1%}"
     )
     print(
         f"  breakdown: forward+backward {fb:.3f} s ({fb / seconds:.0%}), optimizer step "
@@ -347,7 +371,7 @@ def profile_case(case: Case, model, tokenizer, dtype: str, args) -> None:
     """torch.profiler's top operators (self CPU time) over one update after a warm-up."""
     from torch.profiler import ProfilerActivity, profile
 
-    cfg, models, optimizers, template = build_case(case, model, tokenizer, dtype)
+    cfg, models, optimizers, template, _ = build_case(case, model, tokenizer, dtype)
     for warm in (True, False):
         batch = fresh_batch(template)
         update.prepare(batch, models, cfg, recompute_old_logprobs=args.recompute)
@@ -367,24 +391,43 @@ def profile_case(case: Case, model, tokenizer, dtype: str, args) -> None:
     print(table)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    auto = "bf16" if compute_dtype("auto", "cpu") == torch.bfloat16 else "fp32"
     parser.add_argument("--repeats", type=int, default=3, help="timed updates (median)")
-    parser.add_argument("--dtype", choices=("fp32", "bf16", "both"), default="fp32")
-    parser.add_argument("--cases", default="demo,trl", help="comma-separated: demo, trl")
+    parser.add_argument(
+        "--dtype",
+        choices=("fp32", "bf16", "both"),
+        default=auto,
+        help=f"the update's compute dtype (default: the 'auto' rule here, {auto})",
+    )
+    parser.add_argument("--cases", default="demo,trl", help="comma-separated: " + ", ".join(CASES))
     parser.add_argument("--threads", type=int, default=2, help="torch threads (0: default)")
     parser.add_argument(
         "--recompute", action="store_true", help="recompute old log-probs (bf16's default)"
     )
     parser.add_argument("--profile", action="store_true", help="print torch.profiler's table")
     parser.add_argument("--profile-rows", type=int, default=25)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def peaks(dtypes: tuple[str, ...]) -> dict[str, float]:
+    """Matmul peak (GFLOP/s) of each dtype, measured now."""
+    return {dtype: matmul_peak(dtype=DTYPES[dtype]) for dtype in dtypes}
+
+
+def main() -> None:
+    args = parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    print(
+        f"CPU capability {torch.backends.cpu.get_cpu_capability()}, native bf16: "
+        f"{cpu_has_native_bf16()}; {torch.get_num_threads()} threads"
+    )
     model, tokenizer = load_model("smollm2-135m-instruct", dtype="fp32")
     dtypes = ("fp32", "bf16") if args.dtype == "both" else (args.dtype,)
     names = [n.strip() for n in args.cases.split(",") if n.strip()]
-    start_peak = matmul_peak()
+    start_peaks = {} if args.profile else peaks(dtypes)
     results = []
     for dtype in dtypes:
         for name in names:
@@ -394,18 +437,18 @@ def main() -> None:
                 results.append((name, dtype, run_case(CASES[name], model, tokenizer, dtype, args)))
     if not results:
         return
-    end_peak = matmul_peak()
-    peak = max(start_peak, end_peak)  # the higher one: a noisy start must not flatter us
-    print(
-        f"smollm2-135m-instruct, {torch.get_num_threads()} threads; fp32 matmul peak "
-        f"(best 2048^3 of 5) {start_peak:.1f} GFLOP/s at the start, {end_peak:.1f} at the "
-        f"end: fractions below use {peak:.1f}"
-    )
-    bf16_peak = matmul_peak(dtype=torch.bfloat16) if "bf16" in dtypes else 0.0
-    if bf16_peak:
-        print(f"bf16 matmul peak (best 2048^3 of 5): {bf16_peak:.1f} GFLOP/s")
+    end_peaks = peaks(dtypes)
+    best = {d: max(start_peaks[d], end_peaks[d]) for d in dtypes}  # a noisy start must not flatter
+    for dtype in dtypes:
+        print(
+            f"smollm2-135m-instruct; {dtype} matmul peak (best 2048^3 of 5) "
+            f"{start_peaks[dtype]:.1f} GFLOP/s at the start, {end_peaks[dtype]:.1f} at the "
+            f"end: {dtype} fractions below use {best[dtype]:.1f}"
+        )
     for name, dtype, result in results:
-        report(name, dtype, result, peak, args.recompute, bf16_peak)
+        report(name, dtype, result, best[dtype], args.recompute)
+        if name == "sokoban":
+            print_breakdown(result["cfg"], tokenizer, model.config, result)
 
 
 if __name__ == "__main__":
