@@ -26,7 +26,7 @@ def test_names_resolve_to_the_implementations():
 
     assert registry.ADVANTAGE_ESTIMATORS["grpo"] is advantages.grpo_estimator
     assert registry.KL_ESTIMATORS["k3"] is losses.kl_k3
-    assert registry.ADVANTAGE_ESTIMATORS.info("gae") == {"critic": True}
+    assert registry.ADVANTAGE_ESTIMATORS.info("gae") == {"critic": True, "rewards": "placement"}
     for reg in (
         registry.ADVANTAGE_ESTIMATORS,
         registry.LOSS_AGGREGATIONS,

@@ -240,7 +240,7 @@ def test_methods_train_from_the_same_sft_model_with_the_same_budget(tmp_path, st
     assert results["settings"]["methods"] == ["grpo", "gigpo", "ppo"]
     table = capsys.readouterr().out
     for label in ("GRPO", "GiGPO", "PPO"):
-        assert f"{label}'s own contribution: +0.0% (not beyond both 95% intervals)" in table
+        assert f"{label}'s own contribution: +0.0% (the 95% intervals overlap)" in table
 
 
 def test_each_method_sets_its_estimator_and_keeps_the_preset(tmp_path, stubbed, monkeypatch):
@@ -273,3 +273,16 @@ def test_bad_methods_and_stray_recipe_flags_are_one_line(tmp_path, capsys, argv,
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"starpo: error: {error}")
     assert not (tmp_path / "r").exists()
+
+
+def test_contribution_says_where_the_interval_lies():
+    sft = {**ROW, "num_episodes": 256}
+    rows = {
+        "SFT": sft,
+        "SFT + A": {**sft, "success": 0.8, "success_ci95_low": 0.7, "success_ci95_high": 0.9},
+        "SFT + B": {**sft, "success": 0.2, "success_ci95_low": 0.1, "success_ci95_high": 0.3},
+    }
+    results = {"env": "sokoban", "val_seed_start": 123, "preset": "p", "rows": rows, "minutes": {}}
+    table = format_results(results)
+    assert "A's own contribution: +30.0% (above both 95% intervals)" in table
+    assert "B's own contribution: -30.0% (below both 95% intervals)" in table

@@ -431,6 +431,15 @@ def _minutes(out: Path) -> dict[str, float]:
     return minutes
 
 
+def _against(row: dict[str, Any], base: dict[str, Any]) -> str:
+    """Where `row`'s 95% interval lies against `base`'s: above, below, or overlapping."""
+    if row["success_ci95_low"] > base["success_ci95_high"]:
+        return "above both 95% intervals"
+    if row["success_ci95_high"] < base["success_ci95_low"]:
+        return "below both 95% intervals"
+    return "the 95% intervals overlap"
+
+
 def format_results(results: dict[str, Any]) -> str:
     """The recipe's table: success with 95% intervals per row, RL's own contribution, and
     where the time went."""
@@ -453,10 +462,8 @@ def format_results(results: dict[str, Any]) -> str:
         if sft is None or not name.startswith("SFT + "):
             continue
         gain = rl["success"] - sft["success"]
-        beyond = rl["success_ci95_low"] > sft["success_ci95_high"]
         lines.append(
-            f"{name[len('SFT + ') :]}'s own contribution: {gain:+.1%} "
-            f"({'beyond' if beyond else 'not beyond'} both 95% intervals)"
+            f"{name[len('SFT + ') :]}'s own contribution: {gain:+.1%} ({_against(rl, sft)})"
         )
     spent = results["minutes"]
     lines.append(
