@@ -238,6 +238,7 @@ def test_methods_train_from_the_same_sft_model_with_the_same_budget(tmp_path, st
     results = json.loads((tmp_path / "results.json").read_text())
     assert list(results["rows"]) == ["SFT", "SFT + GRPO", "SFT + GiGPO", "SFT + PPO"]
     assert results["settings"]["methods"] == ["grpo", "gigpo", "ppo"]
+    assert results["overrides"] == []
     table = capsys.readouterr().out
     for label in ("GRPO", "GiGPO", "PPO"):
         assert f"{label}'s own contribution: +0.0% (the 95% intervals overlap)" in table

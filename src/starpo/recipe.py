@@ -335,6 +335,7 @@ def run_recipe(
     from starpo.config import load_config
 
     methods = check_methods(methods)
+    asked = list(overrides)  # the caller's own, kept in results.json
     recipe, overrides = configure(
         env_id,
         quick=quick,
@@ -391,6 +392,7 @@ def run_recipe(
         "preset": recipe.preset,
         "val_seed_start": cfg.trainer.val_seed_start,
         "settings": {**made, "rl_minutes": recipe.rl_minutes, "methods": list(methods)},
+        "overrides": asked,
         "rl_runs": ran,
         "rows": rows,
         "minutes": _minutes(out),
