@@ -284,3 +284,14 @@ def test_estimate_is_within_30_percent_of_the_measured_peak(name, mid_model_dir,
     ]
     peak = planning.measured_peak_rss(command, tmp_path / "stderr.log")
     assert planned.plan.peak == pytest.approx(peak, rel=0.30), (planned.plan.peak, peak)
+
+
+def test_a_reminder_only_in_the_first_turn_shortens_the_planned_turns():
+    from starpo.models import load_tokenizer
+
+    tokenizer = load_tokenizer()
+    every = load_config("cpu-sokoban-sft-starpo-s", [])
+    once = load_config("cpu-sokoban-sft-starpo-s", ["rollout.format_every_turn=false"])
+    long, short = (episode_shape(c, tokenizer, "sokoban", {}) for c in (every, once))
+    assert short.prompt_tokens == long.prompt_tokens  # the first message keeps it
+    assert short.turn_tokens < long.turn_tokens

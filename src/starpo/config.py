@@ -166,6 +166,7 @@ class RolloutConfig(ConfigSection):
     format_penalty: float = _setting("format_penalty")
     format_reward: float = _setting("format_reward")
     stop_at_answer: bool = _setting("stop_at_answer")
+    format_every_turn: bool = _setting("format_every_turn")
     env_timeout_s: float = _setting("env_timeout_s")
 
     def settings(self, *, temperature: float | None = None) -> RolloutSettings:

@@ -177,7 +177,9 @@ def episode_shape(cfg: Any, tokenizer: Any, env_id: str, env_kwargs: dict) -> Ep
     first = prompts.first_user_message(
         env, state, max_actions_per_turn=s.max_actions_per_turn, **common
     )
-    later = prompts.next_user_message(s.max_turns, -10.0, state, **common)
+    later = prompts.next_user_message(
+        s.max_turns, -10.0, state, remind=s.format_every_turn, **common
+    )
     return EpisodeShape(
         prompt_tokens=len(chat.first_prompt(prompts.SYSTEM_PROMPT, first)),
         turn_tokens=len(chat.next_turn(later)),

@@ -273,3 +273,22 @@ def test_each_turn_records_the_state_key_it_started_from(scripted_backend):
     keys = [[turn.state_key for turn in traj.turns] for traj in trajectories]
     assert keys[0] == keys[2]
     assert Trajectory.from_json(trajectories[0].to_json()).turns[1].state_key == keys[0][1]
+
+
+def test_format_reminder_only_in_the_first_turn_when_asked(scripted_backend):
+    from starpo.rollout.prompts import format_instruction
+
+    tokenizer = load_tokenizer()
+    reply = "<answer>Up</answer><|im_end|>"
+    runs = {}
+    for every in (True, False):
+        settings = RolloutSettings(max_turns=3, think=False, format_every_turn=every)
+        engine = RolloutEngine(scripted_backend(tokenizer, lambda s, t: reply), tokenizer, settings)
+        (runs[every],) = engine.run("sokoban", [10003], group_size=1)
+    reminder = format_instruction(think=False, max_response_words=100)
+    users = {k: [m["content"] for m in t.messages if m["role"] == "user"] for k, t in runs.items()}
+    assert all(reminder in text for text in users[True])
+    assert reminder in users[False][0] and not any(reminder in t for t in users[False][1:])
+    assert [u.replace(" " + reminder, "") for u in users[True][1:]] == users[False][1:]
+    assert len(runs[False].token_ids) < len(runs[True].token_ids)
+    assert [t.executed for t in runs[False].turns] == [t.executed for t in runs[True].turns]

@@ -85,6 +85,13 @@ def test_next_user_message_exact_text(reward, shown):
     )
 
 
+def test_next_user_message_without_the_format_reminder():
+    text = next_user_message(
+        3, -0.1, "_O_", actions_left=4, think=True, max_response_words=100, remind=False
+    )
+    assert text == "Reward:\n-0.1\nTurn 3:\nState:\n_O_\nYou have 4 actions left."
+
+
 def test_task_description_states_the_per_turn_cap():
     text = task_description(StubEnv(), max_actions_per_turn=5)
     assert text.endswith("You can make up to 5 actions, separated by ||.")

@@ -72,6 +72,11 @@ class RolloutSettings:
     stop_at_answer: bool = _setting(
         True, "End a turn's generation at </answer> (the rest would be ignored)."
     )
+    format_every_turn: bool = _setting(
+        True,
+        "Repeat the output-format reminder in every turn's message (RAGEN); false = in the "
+        "first only, ~29% fewer tokens per Sokoban dialogue to encode and train on.",
+    )
     env_timeout_s: float = _setting(
         60.0,
         "Seconds an env's reset or step may take; past it the episode ends as errored "
@@ -259,7 +264,13 @@ class RolloutEngine:
             traj.messages.append({"role": "system", "content": prompts.SYSTEM_PROMPT})
             ids = self.chat.first_prompt(prompts.SYSTEM_PROMPT, user)
         else:
-            user = prompts.next_user_message(turn, episode.last_env_reward, episode.state, **common)
+            user = prompts.next_user_message(
+                turn,
+                episode.last_env_reward,
+                episode.state,
+                remind=s.format_every_turn,
+                **common,
+            )
             ids = self.chat.next_turn(user, episode.stop_text)
         traj.messages.append({"role": "user", "content": user})
         traj.token_ids.extend(ids)

@@ -50,14 +50,20 @@ def task_description(env: TextEnv, *, max_actions_per_turn: int) -> str:
 
 
 def turn_block(
-    turn: int, state: str, *, actions_left: int, think: bool, max_response_words: int
+    turn: int,
+    state: str,
+    *,
+    actions_left: int,
+    think: bool,
+    max_response_words: int,
+    remind: bool = True,
 ) -> str:
-    """One turn's state and the format reminder; `actions_left`: the episode's remaining
-    budget of valid actions."""
-    return (
-        f"Turn {turn}:\nState:\n{state}\nYou have {actions_left} actions left. "
-        + format_instruction(think=think, max_response_words=max_response_words)
-    )
+    """One turn's state and (`remind`) the format reminder; `actions_left`: the episode's
+    remaining budget of valid actions."""
+    block = f"Turn {turn}:\nState:\n{state}\nYou have {actions_left} actions left."
+    if not remind:
+        return block
+    return f"{block} " + format_instruction(think=think, max_response_words=max_response_words)
 
 
 def first_user_message(
@@ -78,11 +84,24 @@ def first_user_message(
 
 
 def next_user_message(
-    turn: int, reward: float, state: str, *, actions_left: int, think: bool, max_response_words: int
+    turn: int,
+    reward: float,
+    state: str,
+    *,
+    actions_left: int,
+    think: bool,
+    max_response_words: int,
+    remind: bool = True,
 ) -> str:
-    """The user message after an agent turn: its reward, then the next turn."""
+    """The user message after an agent turn: its reward, then the next turn (with the
+    format reminder unless `remind` is false: see RolloutSettings.format_every_turn)."""
     block = turn_block(
-        turn, state, actions_left=actions_left, think=think, max_response_words=max_response_words
+        turn,
+        state,
+        actions_left=actions_left,
+        think=think,
+        max_response_words=max_response_words,
+        remind=remind,
     )
     return f"Reward:\n{reward:g}\n{block}"
 

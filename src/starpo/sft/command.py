@@ -25,6 +25,7 @@ LAYOUT_SETTINGS = (
     "max_response_words",
     "think",
     "stop_at_answer",
+    "format_every_turn",
 )
 DESCRIPTION = """\
 Supervised fine-tuning of a causal LM on agent trajectories, so a small model learns the
