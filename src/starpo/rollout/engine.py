@@ -331,11 +331,11 @@ class RolloutEngine:
         invalid action past the budget; that only differs in a turn where the budget runs out
         or the env ends.)
         """
+        env, limit = episode.env, self.settings.env_timeout_s
         for action in actions:
             if self._actions_left(episode) <= 0:
                 break  # budget spent: the remaining actions are not attempted
             try:
-                env, limit = episode.env, self.settings.env_timeout_s
                 outcome, key = call_env(
                     "step", partial(_keyed, env, partial(env.step, action)), limit
                 )
