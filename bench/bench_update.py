@@ -16,13 +16,15 @@ the project's own helpers (the rollout engine with a scripted backend, `build_ba
   bench/update_cases.py); it also prints a "where the time goes" table.
 
 FLOPs are counted exactly from the shapes the update computes (not 6 x parameters x
-tokens): the matmuls of the linear layers for every token processed, attention over the
-(query, key) pairs a causal model needs, and the LM head at the positions it runs on
-(each shared-prompt position once), x3 for forward and backward (a backward pass does two
+tokens) by the trainer's own rule, `starpo.trainer.flops` (the figure `starpo train` logs
+as perf/update_peak_share and `starpo sft` prints): the matmuls of the linear layers for
+every token processed, attention over the (query, key) pairs a causal model needs, and
+the LM head at the rows it runs on, x3 for forward and backward (a backward pass does two
 matmuls of its forward's size per matmul). Tokens processed are those the forward passes
 run: the shared prompt once per micro-batch, then each row's own tokens (padding included
-where it is computed). 6 x N x tokens is printed beside it. The peak is the best 2048^3
-matmul at the start and at the end of the run, the higher of the two, in the dtype the
+where it is computed). 6 x N x tokens is printed beside it. The peak is the best square
+matmul (`flops.measure_matmul_peak`: 2048^3 where the dtype is fast) at the start and at
+the end of the run, the higher of the two, in the dtype the
 update computes in (fp32, and bf16 when it runs): each fraction divides by its own dtype's
 peak. The dtype defaults to the project's rule (`compute_dtype("auto", "cpu")`: bf16 only
 on a CPU with native bf16). Trained tokens/s counts the tokens processed by the forward
@@ -53,7 +55,7 @@ from starpo.rollout import RolloutEngine  # noqa: E402
 from starpo.rollout.backend import Generation  # noqa: E402
 from starpo.rollout.chat import ChatTokens  # noqa: E402
 from starpo.rollout.prompts import SYSTEM_PROMPT  # noqa: E402
-from starpo.trainer import forward, update  # noqa: E402
+from starpo.trainer import flops, update  # noqa: E402
 from starpo.trainer.batch import TrainBatch, build_batch  # noqa: E402
 from starpo.trainer.models import build_models  # noqa: E402
 from starpo.trainer.optim import build_optimizers  # noqa: E402
@@ -172,51 +174,22 @@ CASES = {
 
 @dataclass
 class FlopCounter:
-    """Exact matmul FLOPs and tokens of the training forward passes (`policy_logprobs`)."""
+    """Adds up `flops.training_pass` over the training forward passes (`policy_logprobs`)
+    that run with gradients (the old-log-prob recompute is not counted: its time is)."""
 
-    config: object
     flops: float = 0.0
     tokens: int = 0
     real_tokens: int = 0
     rows: int = 0
 
-    def layer_flops(self, queries: int, keys_seen: int) -> float:
-        """Forward FLOPs of all decoder layers for `queries` tokens whose attention spans
-        `keys_seen` (query, key) pairs in all."""
-        c = self.config
-        hidden, inter, layers = c.hidden_size, c.intermediate_size, c.num_hidden_layers
-        kv = hidden * c.num_key_value_heads // c.num_attention_heads
-        weights = 2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * inter  # per layer
-        attention = 2 * 2 * hidden * keys_seen  # q.k and p.v over every head
-        return layers * (2 * weights * queries + attention)
-
-    def record(self, model, batch: TrainBatch, positions: torch.Tensor) -> None:
-        """Count one training forward (and its backward) at LM-head `positions`, with the
-        tokens `forward.hidden_at` runs: the whole padded rows, or the shared prefix once
-        and then each row's tail, padded (shared KV cache) or not (packed rows)."""
+    def record(self, model, batch: TrainBatch) -> None:
         if not torch.is_grad_enabled():
             return  # only passes with gradients count
-        rows, width = batch.input_ids.shape
-        prefix = forward.shared_prefix_length(batch)
-        if rows == 1 or prefix < forward.MIN_SHARED_PREFIX:
-            prefix = 0
-        own = batch.attention_mask[:, prefix:].sum(dim=1)  # (B,) each row's real tail
-        packs = getattr(forward, "packing_pays", None)  # absent before rows were packed
-        if prefix and packs is not None and packs(model, batch, prefix):
-            tails = own  # packed: no padding
-        else:
-            tails = torch.full_like(own, width - prefix)  # padded to the widest row
-        keys_prefix = prefix * (prefix + 1) // 2  # causal pairs within the prefix
-        keys_tail = int((tails * prefix + tails * (tails + 1) // 2).sum())
-        early = int((positions < prefix).sum())
-        head_rows = early + rows * (len(positions) - early)
-        lm_head = 2 * self.config.hidden_size * self.config.vocab_size * head_rows
-        forward_flops = self.layer_flops(prefix, keys_prefix)
-        forward_flops += self.layer_flops(int(tails.sum()), keys_tail) + lm_head
-        self.flops += 3 * forward_flops
-        self.tokens += prefix + int(tails.sum())
-        self.real_tokens += prefix + int(own.sum())
-        self.rows += head_rows
+        size = flops.training_pass(model, batch)
+        self.flops += size.flops
+        self.tokens += size.tokens
+        self.real_tokens += size.real_tokens
+        self.rows += size.head_rows
 
     def reset(self) -> None:
         self.flops, self.tokens, self.real_tokens, self.rows = 0.0, 0, 0, 0
@@ -226,8 +199,7 @@ def counting(counter: FlopCounter, policy_logprobs: Callable) -> Callable:
     """`policy_logprobs` that first counts the forward it runs (positions as it picks)."""
 
     def wrapped(model, batch, *args, **kwargs):
-        targets = torch.nonzero(batch.loss_mask.any(dim=0)).squeeze(1)
-        counter.record(model, batch, targets[targets > 0] - 1)
+        counter.record(model, batch)
         return policy_logprobs(model, batch, *args, **kwargs)
 
     return wrapped
@@ -251,18 +223,6 @@ class Stopwatch:
                 self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
 
         return timed
-
-
-def matmul_peak(size: int = 2048, tries: int = 5, dtype: torch.dtype = torch.float32) -> float:
-    """Best GFLOP/s of a `size`^3 matmul over `tries` runs (after one warm-up)."""
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-    a @ b
-    best = float("inf")
-    for _ in range(tries):
-        start = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best / 1e9
 
 
 def fresh_batch(batch: TrainBatch) -> TrainBatch:
@@ -295,7 +255,7 @@ def build_case(case: Case, model, tokenizer, dtype: str):
 def run_case(case: Case, model, tokenizer, dtype: str, args) -> dict:
     """Median seconds of `ppo_update` (after a warm-up), with its breakdown and FLOPs."""
     cfg, models, optimizers, template, trajectories = build_case(case, model, tokenizer, dtype)
-    counter, watch = FlopCounter(model.config), Stopwatch()
+    counter, watch = FlopCounter(), Stopwatch()
     originals = (update.policy_logprobs, update.accumulate_gradients, optimizers.step)
     update.policy_logprobs = counting(counter, originals[0])
     update.accumulate_gradients = watch.wrap("forward+backward", originals[1])
@@ -413,7 +373,7 @@ def parse_args() -> argparse.Namespace:
 
 def peaks(dtypes: tuple[str, ...]) -> dict[str, float]:
     """Matmul peak (GFLOP/s) of each dtype, measured now."""
-    return {dtype: matmul_peak(dtype=DTYPES[dtype]) for dtype in dtypes}
+    return {dtype: flops.measure_matmul_peak(DTYPES[dtype]) for dtype in dtypes}
 
 
 def main() -> None:
@@ -441,7 +401,7 @@ def main() -> None:
     best = {d: max(start_peaks[d], end_peaks[d]) for d in dtypes}  # a noisy start must not flatter
     for dtype in dtypes:
         print(
-            f"smollm2-135m-instruct; {dtype} matmul peak (best 2048^3 of 5) "
+            f"smollm2-135m-instruct; {dtype} matmul peak (best square matmul of 5) "
             f"{start_peaks[dtype]:.1f} GFLOP/s at the start, {end_peaks[dtype]:.1f} at the "
             f"end: {dtype} fractions below use {best[dtype]:.1f}"
         )

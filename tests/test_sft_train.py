@@ -68,6 +68,21 @@ def test_loss_and_gradient_do_not_depend_on_the_micro_batch_size(examples, plain
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
 
 
+def test_sft_counts_the_flops_of_its_passes(examples):
+    """The trainer's rule (`trainer.flops`) per micro-batch, the LM head on agent tokens
+    only, forward and backward; the same total whatever the micro-batch size when no
+    micro-batch shares a prompt (each row then runs on its own)."""
+    from starpo.trainer import flops
+
+    model, tokenizer = tiny_random_model(seed=2)
+    totals = accumulate_gradients(model, examples, 1, tokenizer.pad_token_id)
+    want = 0.0
+    for t in examples:
+        row = build_batch([t], tokenizer.pad_token_id, per_turn_rewards=False)
+        want += flops.training_pass(model, row, head_rows=sum(t.loss_mask[1:])).flops
+    assert totals.flops == pytest.approx(want) and want > 0
+
+
 def test_bf16_autocast_computes_the_same_loss_with_fp32_master_weights(examples):
     """--dtype bf16: the forward runs in bf16 under autocast, the weights and their
     gradients stay fp32, and the loss and gradient match fp32 within bf16 rounding."""
@@ -164,6 +179,9 @@ def test_short_sft_run_lowers_agent_loss_and_writes_a_loadable_folder(tmp_path):
     )
     epochs = summary["epochs"]
     assert [row["epoch"] for row in epochs] == [0, 1, 2, 3, 4]
+    for row in epochs[1:]:  # each epoch's speed against the fp32 matmul peak
+        assert row["dtype"] == "float32" and row["gflops"] > 0 and row["matmul_peak_gflops"] > 0
+        assert row["peak_share"] == pytest.approx(row["gflops"] / row["matmul_peak_gflops"])
     assert epochs[-1]["val_loss"] < epochs[0]["val_loss"] - 1.0  # nats per agent token
     assert epochs[-1]["train_loss"] < epochs[1]["train_loss"]
     assert any(not torch.equal(a, p) for a, p in zip(before, tiny[0].parameters(), strict=True))

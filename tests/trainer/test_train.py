@@ -43,9 +43,16 @@ def test_training_raises_reward_and_changes_parameters(
         "timing_s/rollout",
         "timing_s/update",
         "perf/tokens_per_s",
+        "perf/update_flops",
+        "perf/update_gflops",
+        "perf/update_peak_share",
+        "perf/matmul_peak_gflops",
         "train/bandit/success",
     ):
         assert key in metrics, key
+    assert metrics["perf/update_peak_share"] == pytest.approx(
+        metrics["perf/update_gflops"] / metrics["perf/matmul_peak_gflops"]
+    )
     if adv_estimator == "gae":
         assert "critic/vf_loss" in metrics and "critic/explained_var" in metrics
     assert (tmp_path / "final" / "config.json").is_file()

@@ -244,4 +244,13 @@ def format_summary(summary: dict[str, Any]) -> str:
     )
     seconds = summary["seconds"]
     lines.append(f"time {seconds['total']:.1f} s (training {seconds['training']:.1f} s)")
+    trained = [row for row in summary["epochs"] if "peak_share" in row]
+    if trained:  # GFLOP/s over all epochs: total FLOPs over total seconds
+        spent = sum(row["seconds"] for row in trained)
+        gflops = sum(row["gflops"] * row["seconds"] for row in trained) / spent
+        peak, dtype = trained[-1]["matmul_peak_gflops"], trained[-1]["dtype"]
+        lines.append(
+            f"training speed {gflops:.1f} GFLOP/s = {gflops / peak:.0%} of the {dtype} "
+            f"matmul peak ({peak:.1f} GFLOP/s, starpo.trainer.flops)"
+        )
     return "\n".join(lines)

@@ -26,6 +26,7 @@ from torch import nn
 from starpo.algorithms import head_logprobs, token_logprobs
 from starpo.models.precision import Precision, compute_dtype, precision_for
 from starpo.sft.options import TrainOptions
+from starpo.trainer import flops
 from starpo.trainer.batch import TrainBatch, build_batch
 from starpo.trainer.forward import hidden_at, logits_at, plain_head_weight
 from starpo.trainer.optim import lr_multiplier
@@ -124,13 +125,15 @@ def turn_matches(loss_mask: torch.Tensor, hits: torch.Tensor) -> tuple[int, int]
 
 @dataclass
 class Totals:
-    """Sums over agent tokens (-log-prob, hits, count) and over turns (exact, count)."""
+    """Sums over agent tokens (-log-prob, hits, count), over turns (exact, count), and the
+    FLOPs of the training passes (`trainer.flops`; 0 in evaluation)."""
 
     nll: float = 0.0
     hits: int = 0
     tokens: int = 0
     turn_hits: int = 0
     turns: int = 0
+    flops: float = 0.0
 
     def add(self, logprobs: torch.Tensor, hits: torch.Tensor, loss_mask: torch.Tensor) -> None:
         self.nll -= float(logprobs.detach().sum())
@@ -146,6 +149,7 @@ class Totals:
         self.tokens += other.tokens
         self.turn_hits += other.turn_hits
         self.turns += other.turns
+        self.flops += other.flops
 
     @property
     def loss(self) -> float:
@@ -176,6 +180,8 @@ def accumulate_gradients(
             logprobs, hits = agent_token_scores(model, batch)
         (-logprobs.float().sum() / max(total, 1)).backward()
         totals.add(logprobs, hits, batch.loss_mask)
+        size = flops.training_pass(model, batch, head_rows=len(hits))  # agent tokens' rows
+        totals.flops += size.flops if size is not None else 0.0
     return totals
 
 
@@ -272,6 +278,7 @@ def train_epochs(
             bar.close()
         seconds = time.perf_counter() - started
         row = _epoch_row(epoch, totals, grad_norms, seconds, shuffled, schedule)
+        row.update(_utilisation(totals.flops, seconds, model, precision))
         if val:
             after = evaluate(model, val, options.micro_batch_size, pad_token_id, precision)
             row.update(_val_metrics(after))
@@ -287,6 +294,16 @@ def _clip(params: list[nn.Parameter], max_norm: float) -> float:
         return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
     grads = [p.grad.norm() for p in params if p.grad is not None]
     return float(torch.linalg.vector_norm(torch.stack(grads))) if grads else 0.0
+
+
+def _utilisation(work: float, seconds: float, model: nn.Module, precision: Precision) -> dict:
+    """The epoch's training GFLOP/s and share of the matmul peak in the dtype it computes
+    in (`trainer.flops`, the figure the trainer logs as perf/update_peak_share)."""
+    param = next(model.parameters())
+    dtype = precision.compute_dtype if precision.mixed else param.dtype
+    peak = flops.matmul_peak(dtype, str(param.device))
+    speed = flops.utilisation(work, seconds, peak)
+    return {**speed, "matmul_peak_gflops": peak, "dtype": str(dtype).removeprefix("torch.")}
 
 
 def _val_metrics(totals: Totals) -> dict[str, float]:
@@ -324,4 +341,10 @@ def format_epoch(row: dict[str, float], epochs: int) -> str:
             f"; val loss {row['val_loss']:.4f}, val token accuracy {row['val_accuracy']:.1%}, "
             f"val turn accuracy {row['val_turn_accuracy']:.1%}"
         )
-    return line + f"; {row['seconds']:.1f} s, {row['tokens_per_s']:.0f} tokens/s"
+    line += f"; {row['seconds']:.1f} s, {row['tokens_per_s']:.0f} tokens/s"
+    if "peak_share" in row:
+        line += (
+            f", {row['gflops']:.1f} GFLOP/s = {row['peak_share']:.0%} of the "
+            f"{row['dtype']} matmul peak ({row['matmul_peak_gflops']:.1f})"
+        )
+    return line

@@ -45,7 +45,13 @@ from starpo.trainer.models import (
 from starpo.trainer.optim import Optimizers, build_optimizers
 from starpo.trainer.saver import OPTIMIZER_KEYS, CheckpointSaver, Target
 from starpo.trainer.sinks import RunLogger, format_step_line
-from starpo.trainer.update import SkipCounter, ppo_update, prepare
+from starpo.trainer.update import (
+    UPDATE_FLOPS,
+    SkipCounter,
+    ppo_update,
+    prepare,
+    update_speed,
+)
 from starpo.types import Trajectory
 
 log = console_logger("starpo.trainer")
@@ -340,6 +346,8 @@ class Trainer:
         metrics["perf/tokens_per_s"] = int(batch.attention_mask.sum()) / max(
             timer.seconds["update"], 1e-9
         )
+        work = metrics.get(UPDATE_FLOPS, 0.0)
+        metrics.update(update_speed(work, timer.seconds["update"], self.models))
         self.logger.log_trajectories(step, trajectories, self.cfg.trainer.log_trajectories)
         return {**metrics, **timer.metrics()}
 

@@ -28,6 +28,7 @@ from starpo.algorithms import (
 )
 from starpo.config import TrainConfig
 from starpo.errors import UserError
+from starpo.trainer import flops
 from starpo.trainer.batch import TrainBatch
 from starpo.trainer.forward import policy_logprobs, reference_logprobs
 from starpo.trainer.models import TrainModels, trainable_parameters
@@ -35,6 +36,11 @@ from starpo.trainer.optim import Optimizers
 
 if TYPE_CHECKING:
     from starpo.distributed.learners import GradientSync
+
+
+#: The FLOPs of an update's passes with gradients (`flops`); the trainer divides them by
+#: the update's seconds for `perf/update_gflops` and `perf/update_peak_share`.
+UPDATE_FLOPS = "perf/update_flops"
 
 
 class NonFiniteUpdates(UserError):
@@ -293,23 +299,35 @@ def _merge(parts: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
     return merged
 
 
+def micro_batch_flops(models: TrainModels, micro: TrainBatch) -> float:
+    """FLOPs of one micro-batch's forward and backward in the update (actor, and critic
+    when there is one), counted by `flops`; 0 for a model of unknown shape."""
+    factor = flops.WITH_FROZEN_BACKWARD if models.uses_lora else flops.WITH_BACKWARD
+    passes = [flops.training_pass(models.actor, micro, factor=factor)]
+    if models.critic is not None:
+        passes.append(flops.critic_pass(models.critic.backbone, micro, factor))
+    return sum(p.flops for p in passes if p is not None)
+
+
 def accumulate_gradients(
     mini: TrainBatch, models: TrainModels, cfg: TrainConfig, sync: GradientSync | None = None
 ) -> tuple[dict[str, float], bool]:
     """Backward the mini-batch's losses micro-batch by micro-batch (gradients add up to
     those of one pass over the whole mini-batch); return (metrics, every loss finite).
     Without old log-probs (None), the mini-batch gets its forwards' own (see `actor_loss`).
+    Metrics include `perf/update_flops`: the FLOPs of all the mini-batch's passes.
 
     With `sync` (data-parallel learners) this learner runs only its share of the
     micro-batches, then the learners sum gradients and old log-probs and share metrics, so
     every learner ends with what one learner would have over all micro-batches."""
     agg, size = cfg.algorithm.loss_agg, cfg.optim.micro_batch_size
     count = aggregation_count(mini.loss_mask, agg)  # the mini-batch's, for every micro
-    parts, finite = [], True
+    parts, finite, work = [], True, 0.0
     on_policy = mini.old_logprobs is None  # filled in by the micro-batches' forwards
     if on_policy:
         mini.old_logprobs = torch.zeros_like(mini.loss_mask)
     for index, (rows, micro) in enumerate(mini.split(size)):
+        work += micro_batch_flops(models, micro)  # every learner's: the whole mini-batch's
         if sync is not None and not sync.owns(index):
             continue
         if on_policy:
@@ -330,7 +348,26 @@ def accumulate_gradients(
             sync.sum_(mini.old_logprobs)
         finite = sync.all_true(finite)
         parts = sorted((p for shard in sync.gather(parts) for p in shard), key=lambda p: p[0])
-    return _merge([(weight, metrics) for _, weight, metrics in parts]), finite
+    merged = _merge([(weight, metrics) for _, weight, metrics in parts])
+    return {**merged, UPDATE_FLOPS: work}, finite
+
+
+def update_speed(work: float, seconds: float, models: TrainModels) -> dict[str, float]:
+    """`perf/update_gflops`: `work` (the update's FLOPs, `UPDATE_FLOPS`) per second of the
+    update stage; `perf/update_peak_share`: its share of the matmul peak in the dtype the
+    update computes in (`perf/matmul_peak_gflops`, measured once per process)."""
+    if work <= 0 or seconds <= 0:
+        return {}
+    param = next(models.actor.parameters())
+    precision = models.precision
+    dtype = precision.compute_dtype if precision.mixed else param.dtype
+    peak = flops.matmul_peak(dtype, str(param.device))
+    speed = flops.utilisation(work, seconds, peak)
+    return {
+        "perf/update_gflops": speed["gflops"],
+        "perf/update_peak_share": speed["peak_share"],
+        "perf/matmul_peak_gflops": peak,
+    }
 
 
 def _trained_parameters(models: TrainModels) -> list[torch.nn.Parameter]:
@@ -372,7 +409,7 @@ def ppo_update(
     opt = cfg.optim
     skips = skips or SkipCounter(opt.max_skipped_updates)
     sums: dict[str, list[float]] = defaultdict(list)
-    skipped, mismatch_of_batch = 0, {}
+    skipped, mismatch_of_batch, work = 0, {}, 0.0
     pending = batch.old_logprobs is None  # recomputed old log-probs, left by `prepare`
     for epoch in range(opt.ppo_epochs):
         order = torch.randperm(len(batch), generator=generator)
@@ -387,6 +424,7 @@ def ppo_update(
                 fill_old_logprobs(batch, rows, models, cfg)
                 mini.old_logprobs = None
             metrics, finite = accumulate_gradients(mini, models, cfg, sync)
+            work += metrics.pop(UPDATE_FLOPS, 0.0)  # done even when the update is skipped
             if pending:  # now every row has its old log-probs
                 mismatch_of_batch, pending = keep_old_logprobs(batch, rows, mini), False
             metrics.update(_grad_norm(models, opt.grad_clip))
@@ -406,4 +444,5 @@ def ppo_update(
     out = {key: sum(values) / len(values) for key, values in sums.items()}
     out.update(mismatch_of_batch)  # recomputed old vs rollout log-probs, all rows
     out["actor/skipped_steps"] = float(skipped)
+    out[UPDATE_FLOPS] = work
     return out

@@ -1,0 +1,223 @@
+"""How much of the machine a training forward/backward uses: the useful matmul FLOPs it
+computes, and the matmul peak they are set against (model FLOPs utilisation). One rule
+for `bench/bench_update.py`, `starpo sft` and the trainer's `perf/update_*` metrics.
+
+FLOPs are counted from the shapes a pass computes, not as 6 x parameters x tokens:
+
+- the decoder's linear layers for every token the pass runs: a prompt shared by a
+  micro-batch's rows once, then each row's own tokens, padded to the widest row on the
+  shared-KV-cache and plain paths, unpadded when the rows are packed (`forward.hidden_at`
+  picks the path; this module asks it the same questions);
+- causal attention over the (query, key) pairs a causal model needs (q.k and p.v);
+- the LM head at the rows it runs on.
+
+A backward pass does two matmuls of its forward's size per matmul: x3 with gradients.
+Element-wise work (norms, activations, softmax) is not counted: it is not matmul work, so
+the figure says how close the pass runs to the matmul peak.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+from starpo.trainer import forward
+from starpo.trainer.batch import TrainBatch
+
+#: Forward + backward: the backward computes two matmuls of each forward matmul's size
+#: (the input's gradient and the weight's) ...
+WITH_BACKWARD = 3
+#: ... or one, when the weights are frozen (LoRA: the adapters' own matmuls are small).
+WITH_FROZEN_BACKWARD = 2
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The dimensions of a decoder-only transformer that its FLOPs depend on."""
+
+    hidden: int
+    intermediate: int
+    layers: int
+    kv_hidden: int  # hidden x kv heads / query heads (grouped-query attention)
+    vocab: int
+
+    @property
+    def layer_weights(self) -> int:
+        """Multiply-adds of one token through one layer's linear maps: q and o (H x H),
+        k and v (H x kv), the gated MLP's three (H x I)."""
+        h = self.hidden
+        return 2 * h * h + 2 * h * self.kv_hidden + 3 * h * self.intermediate
+
+
+def model_shape(model: nn.Module) -> Shape | None:
+    """The model's `Shape` from its Hugging Face config (Llama-style names: SmolLM2,
+    Qwen2, Mistral, ...); None for a model whose config names them otherwise."""
+    config = getattr(model, "config", None)
+    try:
+        heads = config.num_attention_heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        return Shape(
+            hidden=int(config.hidden_size),
+            intermediate=int(config.intermediate_size),
+            layers=int(config.num_hidden_layers),
+            kv_hidden=int(config.hidden_size) * int(kv_heads) // int(heads),
+            vocab=int(config.vocab_size),
+        )
+    except (AttributeError, TypeError):
+        return None
+
+
+def decoder_flops(shape: Shape, tokens: int, pairs: int) -> float:
+    """Forward FLOPs of all layers for `tokens` tokens whose attention spans `pairs`
+    (query, key) pairs in all (4 x hidden multiply-adds a pair: q.k and p.v)."""
+    per_layer = 2 * shape.layer_weights * tokens + 2 * 2 * shape.hidden * pairs
+    return shape.layers * per_layer
+
+
+def causal_pairs(prefix: int, tails: torch.Tensor) -> int:
+    """(query, key) pairs of a causal model over a shared `prefix` and rows whose own
+    tokens after it number `tails` (B,): the prefix's own triangle once, and every tail
+    token sees the prefix and the tail tokens up to itself."""
+    within_prefix = prefix * (prefix + 1) // 2
+    return within_prefix + int((tails * prefix + tails * (tails + 1) // 2).sum())
+
+
+@dataclass(frozen=True)
+class PassSize:
+    """What passes compute: FLOPs, tokens run (padding included where computed), real
+    tokens (padding excluded) and LM-head rows. Passes add up with `+`."""
+
+    flops: float = 0.0
+    tokens: int = 0
+    real_tokens: int = 0
+    head_rows: int = 0
+
+    def __add__(self, other: PassSize) -> PassSize:
+        return PassSize(
+            self.flops + other.flops,
+            self.tokens + other.tokens,
+            self.real_tokens + other.real_tokens,
+            self.head_rows + other.head_rows,
+        )
+
+    def times(self, factor: int) -> PassSize:
+        """The FLOPs `factor` times (x3: with the backward); the counts stay."""
+        return replace(self, flops=self.flops * factor)
+
+
+def decoder_pass(model: nn.Module, shape: Shape, batch: TrainBatch) -> PassSize:
+    """The decoder FLOPs of `forward.hidden_at` on `batch` (no LM head): the shared
+    prefix once when the path shares it, then each row's tail, padded or packed."""
+    rows, width = batch.input_ids.shape
+    prefix = forward.shared_prefix_length(batch)
+    if rows == 1 or prefix < forward.MIN_SHARED_PREFIX:
+        prefix = 0
+    own = batch.attention_mask[:, prefix:].sum(dim=1)  # (B,) each row's real tail
+    if prefix and forward.packing_pays(model, batch, prefix):
+        tails = own  # packed: no padding
+    else:
+        tails = torch.full_like(own, width - prefix)  # padded to the widest row
+    run = prefix + int(tails.sum())
+    flops = decoder_flops(shape, run, causal_pairs(prefix, tails))
+    return PassSize(flops, run, prefix + int(own.sum()))
+
+
+def head_flops(shape: Shape, rows: int) -> float:
+    """Forward FLOPs of the LM head (hidden x vocab) on `rows` hidden states."""
+    return 2.0 * shape.hidden * shape.vocab * rows
+
+
+def training_pass(
+    model: nn.Module,
+    batch: TrainBatch,
+    head_rows: int | None = None,
+    factor: int = WITH_BACKWARD,
+) -> PassSize | None:
+    """FLOPs of one forward of `model` on `batch` as `forward.hidden_at` runs it, times
+    `factor` (1: forward only; WITH_BACKWARD, or WITH_FROZEN_BACKWARD for LoRA); None for
+    a model whose shape is unknown.
+
+    LM-head rows: `head_rows` (SFT: its agent tokens), or by default those of
+    `forward.policy_logprobs`: every row at every position that predicts an agent token
+    somewhere in the batch.
+    """
+    shape = model_shape(model)
+    if shape is None:
+        return None
+    size = decoder_pass(model, shape, batch)
+    if head_rows is None:
+        targets = torch.nonzero(batch.loss_mask.any(dim=0)).squeeze(1)
+        head_rows = len(batch) * int((targets > 0).sum())
+    with_head = replace(size, flops=size.flops + head_flops(shape, head_rows), head_rows=head_rows)
+    return with_head.times(factor)
+
+
+def critic_pass(
+    backbone: nn.Module, batch: TrainBatch, factor: int = WITH_BACKWARD
+) -> PassSize | None:
+    """FLOPs of a critic's forward (`ValueModel`: its backbone on the whole padded rows;
+    the 1-wide value head is negligible), times `factor`."""
+    shape = model_shape(backbone)
+    if shape is None:
+        return None
+    rows, width = batch.input_ids.shape
+    tails = torch.full((rows,), width)
+    size = PassSize(
+        decoder_flops(shape, rows * width, causal_pairs(0, tails)),
+        rows * width,
+        int(batch.attention_mask.sum()),
+    )
+    return size.times(factor)
+
+
+# ------------------------------------------------------------------------- peak
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure_matmul_peak(dtype: torch.dtype = torch.float32, device: str = "cpu") -> float:
+    """Best GFLOP/s of a square matmul in `dtype` on `device`, measured now: the size
+    doubles from 256 until a product takes >= 50 ms (or reaches 2048 on a CPU, 8192 on a
+    GPU), then the best of 5 products of that size. On a CPU without native bf16, bf16
+    stops small (a 2048^3 product there takes ~30 s): its figure then says how slow that
+    dtype is there, it does not flatter anything."""
+    where = torch.device(device)
+    largest = 8192 if where.type == "cuda" else 2048
+    size = 256
+    while True:
+        a = torch.randn(size, size, dtype=dtype, device=where)
+        b = torch.randn(size, size, dtype=dtype, device=where)
+        a @ b  # warm-up (kernel choice, allocation)
+        _synchronize(where)
+        started = time.perf_counter()
+        a @ b
+        _synchronize(where)
+        if time.perf_counter() - started >= 0.05 or size >= largest:
+            break
+        size *= 2
+    best = float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        a @ b
+        _synchronize(where)
+        best = min(best, time.perf_counter() - started)
+    return 2 * size**3 / best / 1e9
+
+
+#: `measure_matmul_peak` once per process and (dtype, device): a run's figures share it.
+matmul_peak = functools.cache(measure_matmul_peak)
+
+
+def utilisation(flops: float, seconds: float, peak_gflops: float) -> dict[str, float]:
+    """Achieved GFLOP/s and its share of the peak, as `perf/` metrics (empty without time)."""
+    if seconds <= 0 or flops <= 0:
+        return {}
+    achieved = flops / seconds / 1e9
+    return {"gflops": achieved, "peak_share": achieved / peak_gflops if peak_gflops else 0.0}
