@@ -2,6 +2,11 @@
 
     python bench/bench_update.py [--repeats 3] [--dtype fp32|bf16|both] [--recompute]
                                  [--cases demo,trl,sokoban] [--profile]
+                                 [--set KEY=VALUE ...] [--compare KEY=VALUE ...]
+
+`--set` overrides every case's config (e.g. rollout.format_every_turn=false);
+`--compare` runs each case a second time with these overrides added, side by side in the
+same run, and prints the ratio of the two update times.
 
 Three cases on the real default model (SmolLM2-135M-Instruct), built from trajectories with
 the project's own helpers (the rollout engine with a scripted backend, `build_batch`):
@@ -36,7 +41,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -240,11 +245,11 @@ def fresh_batch(batch: TrainBatch) -> TrainBatch:
     )
 
 
-def build_case(case: Case, model, tokenizer, dtype: str):
+def build_case(case: Case, model, tokenizer, dtype: str, extra: Sequence[str] = ()):
     """(config, models, optimizers, batch template, trajectories) as the trainer builds
-    them."""
+    them; `extra`: more KEY=VALUE overrides (`--set`, `--compare`)."""
     overrides = {"model.dtype": dtype, **case.overrides}
-    cfg = load_config(case.preset, [f"{k}={v}" for k, v in overrides.items()])
+    cfg = load_config(case.preset, [*(f"{k}={v}" for k, v in overrides.items()), *extra])
     models = build_models(cfg, model, tokenizer, Precision(DTYPES[dtype], "cpu"))
     optimizers = build_optimizers(cfg, models.actor, models.critic)
     trajectories = case.trajectories(cfg, tokenizer)
@@ -252,9 +257,10 @@ def build_case(case: Case, model, tokenizer, dtype: str):
     return cfg, models, optimizers, template, trajectories
 
 
-def run_case(case: Case, model, tokenizer, dtype: str, args) -> dict:
+def run_case(case: Case, model, tokenizer, dtype: str, args, extra: Sequence[str] = ()) -> dict:
     """Median seconds of `ppo_update` (after a warm-up), with its breakdown and FLOPs."""
-    cfg, models, optimizers, template, trajectories = build_case(case, model, tokenizer, dtype)
+    built = build_case(case, model, tokenizer, dtype, extra)
+    cfg, models, optimizers, template, trajectories = built
     counter, watch = FlopCounter(), Stopwatch()
     originals = (update.policy_logprobs, update.accumulate_gradients, optimizers.step)
     update.policy_logprobs = counting(counter, originals[0])
@@ -331,7 +337,7 @@ def profile_case(case: Case, model, tokenizer, dtype: str, args) -> None:
     """torch.profiler's top operators (self CPU time) over one update after a warm-up."""
     from torch.profiler import ProfilerActivity, profile
 
-    cfg, models, optimizers, template, _ = build_case(case, model, tokenizer, dtype)
+    cfg, models, optimizers, template, _ = build_case(case, model, tokenizer, dtype, args.set)
     for warm in (True, False):
         batch = fresh_batch(template)
         update.prepare(batch, models, cfg, recompute_old_logprobs=args.recompute)
@@ -367,6 +373,16 @@ def parse_args() -> argparse.Namespace:
         "--recompute", action="store_true", help="recompute old log-probs (bf16's default)"
     )
     parser.add_argument("--profile", action="store_true", help="print torch.profiler's table")
+    parser.add_argument(
+        "--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides, every case"
+    )
+    parser.add_argument(
+        "--compare",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="run each case again with these overrides too, side by side",
+    )
     parser.add_argument("--profile-rows", type=int, default=25)
     return parser.parse_args()
 
@@ -393,8 +409,13 @@ def main() -> None:
         for name in names:
             if args.profile:
                 profile_case(CASES[name], model, tokenizer, dtype, args)
-            else:
-                results.append((name, dtype, run_case(CASES[name], model, tokenizer, dtype, args)))
+                continue
+            variants = [("", args.set)]
+            if args.compare:
+                variants.append((" + " + " ".join(args.compare), [*args.set, *args.compare]))
+            for label, extra in variants:
+                result = run_case(CASES[name], model, tokenizer, dtype, args, extra)
+                results.append((name + label, dtype, result))
     if not results:
         return
     end_peaks = peaks(dtypes)
@@ -405,10 +426,21 @@ def main() -> None:
             f"{start_peaks[dtype]:.1f} GFLOP/s at the start, {end_peaks[dtype]:.1f} at the "
             f"end: {dtype} fractions below use {best[dtype]:.1f}"
         )
+    if args.set:
+        print("every case with " + " ".join(args.set))
     for name, dtype, result in results:
         report(name, dtype, result, best[dtype], args.recompute)
-        if name == "sokoban":
+        if name.startswith("sokoban"):
             print_breakdown(result["cfg"], tokenizer, model.config, result)
+    by_name = {(name, dtype): result for name, dtype, result in results}
+    for name, dtype, result in results:
+        if " + " in name:  # the --compare variant: against the same case without it
+            base = by_name[(name.split(" + ")[0], dtype)]
+            print(
+                f"\n[{name}, {dtype}] update {result['seconds']:.3f} s against "
+                f"{base['seconds']:.3f} s: {base['seconds'] / result['seconds']:.2f}x faster; "
+                f"tokens processed {result['tokens']} against {base['tokens']}"
+            )
 
 
 if __name__ == "__main__":

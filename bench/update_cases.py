@@ -86,6 +86,7 @@ def repeated_turn_tokens(cfg, tokenizer, trajectories: list[Trajectory]) -> tupl
     reminder = len(
         tokenizer.encode(prompts.format_instruction(think=think, max_response_words=words))
     )
+    reminder *= r.format_every_turn  # rollout.format_every_turn=false: turn 1's only
     reminders = block = 0
     budget = r.max_actions_per_traj
     for traj in trajectories:
@@ -97,6 +98,7 @@ def repeated_turn_tokens(cfg, tokenizer, trajectories: list[Trajectory]) -> tupl
                 actions_left=budget - index + 1,
                 think=think,
                 max_response_words=words,
+                remind=r.format_every_turn,
             )
             block += len(tokenizer.encode(text)) - len(tokenizer.encode(turn.state))
             reminders += reminder

@@ -52,3 +52,23 @@ def test_sokoban_batch_is_the_presets_filtered_update_batch():
     groups = update_cases.group_prefixes(batch)
     assert [rows for rows, _ in groups] == [8, 8]
     assert all(prefix >= 100 for _, prefix in groups)  # the first message, shared
+
+
+def test_repeated_text_follows_the_format_reminder_setting():
+    """With rollout.format_every_turn=false the dialogues carry no reminder after turn 1:
+    the breakdown counts none, and its per-turn text shrinks by what the default counts
+    as reminders (the same played moves: the script does not depend on the layout)."""
+    from starpo.config import load_config
+    from starpo.models import load_tokenizer
+
+    tokenizer = load_tokenizer()
+    counts, lengths = {}, {}
+    for every in (True, False):
+        cfg = load_config(update_cases.SOKOBAN_PRESET, [f"rollout.format_every_turn={every}"])
+        trajectories = update_cases.sokoban_trajectories(cfg, tokenizer, seeds=[0])
+        counts[every] = update_cases.repeated_turn_tokens(cfg, tokenizer, trajectories)
+        lengths[every] = sum(len(t.token_ids) for t in trajectories)
+    (reminders, block), (none, shorter) = counts[True], counts[False]
+    assert none == 0 and reminders > 0
+    assert shorter == block - reminders
+    assert lengths[False] == lengths[True] - reminders

@@ -217,3 +217,19 @@ def test_fused_adamw_needs_one_supported_device_and_float_parameters():
     assert fused_adamw_supported(floats)
     assert not fused_adamw_supported([])
     assert not fused_adamw_supported([torch.nn.Parameter(torch.zeros(2, device="meta"))])
+
+
+def test_the_aggregated_advantage_shows_the_length_bias_of_token_mean():
+    """GRPO gives every token of a trajectory its group-normalised score. Reduced per
+    sequence (seq_mean_token_mean) they balance to 0 in each group; reduced per token
+    (token_mean) they weigh long trajectories more, and equal the token mean."""
+    model, _ = tiny_random_model(seed=3)
+    got = {}
+    for agg in ("token_mean", "seq_mean_token_mean"):
+        cfg = config(mini=8, micro=4, **{"algorithm.loss_agg": agg})
+        models = build_models(cfg, model, None)
+        got[agg] = update.prepare(grouped_batch(), models, cfg, recompute_old_logprobs=True)
+    token = got["token_mean"]
+    assert token["actor/advantage_aggregated"] == pytest.approx(token["actor/advantage_mean"])
+    assert abs(token["actor/advantage_aggregated"]) > 1e-3  # rows differ in length
+    assert got["seq_mean_token_mean"]["actor/advantage_aggregated"] == pytest.approx(0, abs=1e-6)

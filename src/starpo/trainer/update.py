@@ -209,6 +209,12 @@ def prepare(
             batch.group_ids, batch.turn_states, batch.turn_ends
         )
     metrics["actor/advantage_mean"] = float(masked_mean(batch.advantages, batch.loss_mask))
+    # The advantages reduced as the loss reduces them (algorithm.loss_agg): the way the
+    # update moves the sampled tokens' log-probs on balance. Below 0 under token_mean when
+    # long failing episodes outweigh short successes: the update then mostly pushes down.
+    metrics["actor/advantage_aggregated"] = float(
+        aggregate(batch.advantages, batch.loss_mask, algo.loss_agg)
+    )
     if batch.returns is not None:
         metrics["critic/returns_mean"] = float(masked_mean(batch.returns, batch.loss_mask))
         metrics["critic/values_mean"] = float(masked_mean(batch.old_values, batch.loss_mask))
