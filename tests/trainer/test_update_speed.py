@@ -161,6 +161,8 @@ def test_own_old_logprobs_do_not_depend_on_the_micro_batch_size(micro):
         assert float((grads[name] - grad).norm() / grad.norm()) < 1e-5, name
     torch.testing.assert_close(old, want_old, rtol=0, atol=2e-6)
     for key, value in want_metrics.items():
+        if key.startswith("perf/"):  # the work done: smaller micro-batches pad less
+            continue
         assert metrics[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
 
 
