@@ -42,7 +42,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -182,22 +182,14 @@ class FlopCounter:
     """Adds up `flops.training_pass` over the training forward passes (`policy_logprobs`)
     that run with gradients (the old-log-prob recompute is not counted: its time is)."""
 
-    flops: float = 0.0
-    tokens: int = 0
-    real_tokens: int = 0
-    rows: int = 0
+    total: flops.PassSize = field(default_factory=flops.PassSize)
 
     def record(self, model, batch: TrainBatch) -> None:
-        if not torch.is_grad_enabled():
-            return  # only passes with gradients count
-        size = flops.training_pass(model, batch)
-        self.flops += size.flops
-        self.tokens += size.tokens
-        self.real_tokens += size.real_tokens
-        self.rows += size.head_rows
+        if torch.is_grad_enabled():  # only passes with gradients count
+            self.total = self.total + flops.training_pass(model, batch)
 
     def reset(self) -> None:
-        self.flops, self.tokens, self.real_tokens, self.rows = 0.0, 0, 0, 0
+        self.total = flops.PassSize()
 
 
 def counting(counter: FlopCounter, policy_logprobs: Callable) -> Callable:
@@ -292,11 +284,11 @@ def run_case(case: Case, model, tokenizer, dtype: str, args, extra: Sequence[str
         "seconds": seconds,
         "prepare": prepare_s,
         "parts": parts,
-        "flops": counter.flops,
-        "tokens": counter.tokens,
-        "real_tokens": counter.real_tokens,
-        "head_rows": counter.rows,
-        "six_nd": 6 * params * counter.tokens,
+        "flops": counter.total.flops,
+        "tokens": counter.total.tokens,
+        "real_tokens": counter.total.real_tokens,
+        "head_rows": counter.total.head_rows,
+        "six_nd": 6 * params * counter.total.tokens,
         "all_seconds": sorted(r[0] for r in runs),
     }
 

@@ -180,9 +180,17 @@ def accumulate_gradients(
             logprobs, hits = agent_token_scores(model, batch)
         (-logprobs.float().sum() / max(total, 1)).backward()
         totals.add(logprobs, hits, batch.loss_mask)
-        size = flops.training_pass(model, batch, head_rows=len(hits))  # agent tokens' rows
-        totals.flops += size.flops if size is not None else 0.0
+        totals.flops += _pass_flops(model, batch, agent_rows=len(hits))
     return totals
+
+
+def _pass_flops(model: nn.Module, batch: TrainBatch, agent_rows: int) -> float:
+    """FLOPs of `agent_token_scores`' training pass (`trainer.flops`): the LM head on the
+    agent tokens' rows through the hidden-state head, else at every row and position the
+    model's own logits run (`logits_at`, the trainer's default); 0 for an unknown shape."""
+    head_rows = agent_rows if plain_head_weight(model) is not None else None
+    size = flops.training_pass(model, batch, head_rows=head_rows)
+    return size.flops if size is not None else 0.0
 
 
 @torch.no_grad()
@@ -299,9 +307,7 @@ def _clip(params: list[nn.Parameter], max_norm: float) -> float:
 def _utilisation(work: float, seconds: float, model: nn.Module, precision: Precision) -> dict:
     """The epoch's training GFLOP/s and share of the matmul peak in the dtype it computes
     in (`trainer.flops`, the figure the trainer logs as perf/update_peak_share)."""
-    param = next(model.parameters())
-    dtype = precision.compute_dtype if precision.mixed else param.dtype
-    peak = flops.matmul_peak(dtype, str(param.device))
+    peak, dtype = flops.peak_of(model, precision)
     speed = flops.utilisation(work, seconds, peak)
     return {**speed, "matmul_peak_gflops": peak, "dtype": str(dtype).removeprefix("torch.")}
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
+from starpo.models.precision import Precision
 from starpo.trainer import forward
 from starpo.trainer.batch import TrainBatch
 
@@ -213,6 +214,14 @@ def measure_matmul_peak(dtype: torch.dtype = torch.float32, device: str = "cpu")
 
 #: `measure_matmul_peak` once per process and (dtype, device): a run's figures share it.
 matmul_peak = functools.cache(measure_matmul_peak)
+
+
+def peak_of(model: nn.Module, precision: Precision) -> tuple[float, torch.dtype]:
+    """(`matmul_peak` GFLOP/s, dtype) for the dtype `model`'s passes compute in: the
+    autocast dtype under mixed precision, else its weights' own; on its weights' device."""
+    param = next(model.parameters())
+    dtype = precision.compute_dtype if precision.mixed else param.dtype
+    return matmul_peak(dtype, str(param.device)), dtype
 
 
 def utilisation(flops: float, seconds: float, peak_gflops: float) -> dict[str, float]:

@@ -364,10 +364,7 @@ def update_speed(work: float, seconds: float, models: TrainModels) -> dict[str, 
     update computes in (`perf/matmul_peak_gflops`, measured once per process)."""
     if work <= 0 or seconds <= 0:
         return {}
-    param = next(models.actor.parameters())
-    precision = models.precision
-    dtype = precision.compute_dtype if precision.mixed else param.dtype
-    peak = flops.matmul_peak(dtype, str(param.device))
+    peak, _ = flops.peak_of(models.actor, models.precision)
     speed = flops.utilisation(work, seconds, peak)
     return {
         "perf/update_gflops": speed["gflops"],
