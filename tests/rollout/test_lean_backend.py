@@ -14,6 +14,7 @@ from starpo.rollout import RolloutEngine, RolloutSettings
 from starpo.rollout.backend import GenerationRequest, SamplingParams
 from starpo.rollout.hf_backend import HFBackend, inverse_cdf_sample
 from starpo.rollout.lean_backend import KVStore, LeanBackend, lean_support
+from starpo.rollout.linear_kernels import onednn_applies, pick_linear
 
 PROMPTS = [[1, 5, 7, 9, 11] * 4, [1, 5, 7, 9, 11] * 4, [2, 3, 4], [2, 3, 4, 8, 8, 8, 8]]
 
@@ -158,3 +159,34 @@ def test_rollout_dtype_auto_follows_compute_dtype_and_the_cpu(monkeypatch):
         monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda native=native: native)
         assert rollout_dtype("auto", torch.float32, cpu) == expected
     assert rollout_dtype("auto", torch.float32, torch.device("cuda")) == torch.float32
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_matmul_kernels_give_the_same_tokens_and_logprobs(tiny, temperature):
+    """oneDNN's fp32 kernel only reorders the sums: same tokens, log-probs within 1e-5."""
+    if onednn_applies(torch.float32, torch.device("cpu")) is not None:
+        pytest.skip("this PyTorch build has no oneDNN")
+    model, tokenizer = tiny
+    runs = {}
+    for kernel in ("torch", "onednn"):
+        backend = LeanBackend(
+            model, pad_token_id=tokenizer.pad_token_id, seed=3, linear_kernel=kernel
+        )
+        assert backend.numerics.matmul_kernel == kernel
+        runs[kernel] = _two_calls(backend, temperature)
+    assert [g.token_ids for g in runs["onednn"]] == [g.token_ids for g in runs["torch"]]
+    for a, b in zip(runs["onednn"], runs["torch"], strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+
+
+def test_auto_matmul_kernel_is_onednn_for_fp32_on_a_cpu_only():
+    cpu = torch.device("cpu")
+    expected = "onednn" if torch.backends.mkldnn.is_available() else "torch"
+    assert pick_linear("auto", torch.float32, cpu)[0] == expected
+    assert pick_linear("auto", torch.bfloat16, cpu)[0] == "torch"
+    assert pick_linear("auto", torch.float32, torch.device("meta"))[0] == "torch"
+    assert pick_linear("torch", torch.float32, cpu)[0] == "torch"
+    with pytest.raises(ValueError, match="fp32 weights, not torch.bfloat16; use 'auto'"):
+        pick_linear("onednn", torch.bfloat16, cpu)
+    with pytest.raises(ValueError, match="unknown linear kernel 'mkl'"):
+        pick_linear("mkl", torch.float32, cpu)

@@ -49,6 +49,7 @@ class BackendNumerics:
     name: str  # e.g. "hf"
     compute_dtype: str  # e.g. "float32", "bfloat16"
     exact_logprobs: bool  # equal to the training forward's within fp32 tolerance
+    matmul_kernel: str = "torch"  # what runs its weight matmuls (see rollout.linear_kernels)
 
 
 class GenerationBackend(Protocol):

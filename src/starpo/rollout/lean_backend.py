@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from starpo.models.compat import uses_sliding_window
 from starpo.rollout.backend import BackendNumerics
 from starpo.rollout.hf_backend import HFBackend, build_hf_backend
+from starpo.rollout.linear_kernels import pick_linear
 
 #: Model types whose decoder layers are exactly what `LeanLlama` computes.
 LEAN_MODEL_TYPES = ("llama", "qwen2", "mistral")
@@ -165,10 +166,12 @@ class KVStore:
 class LeanLlama:
     """The decoder's forward for generation: token ids in, last-position logits out."""
 
-    def __init__(self, model: Any, weights_dtype: torch.dtype):
+    def __init__(self, model: Any, weights_dtype: torch.dtype, linear_kernel: str = "auto"):
         config = model.config
         self.model = model
         self.dtype = weights_dtype
+        device = next(model.parameters()).device
+        self.kernel, self.linear = pick_linear(linear_kernel, weights_dtype, device)
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
@@ -219,7 +222,7 @@ class LeanLlama:
         # the fused kernel never holds the (L, T) scores of every head.
         bias = attention_bias(attend, self.heads // self.kv_heads) if width == 1 else None
         for i, w in enumerate(self.layers):
-            qkv = F.linear(self._norm(x, w.input_norm), w.qkv, w.qkv_bias).float()
+            qkv = self.linear(self._norm(x, w.input_norm), w.qkv, w.qkv_bias).float()
             qkv = qkv.view(rows, width, -1, self.head_dim).transpose(1, 2)  # (B, heads, L, D)
             qk = _rotate(qkv[:, :rotated], cos, sin)
             keys, values = store.write(i, qk[:, self.heads :], qkv[:, rotated:])
@@ -236,11 +239,12 @@ class LeanLlama:
             else:
                 att = self._attend(queries, keys, values, bias)
             att = att.transpose(1, 2).reshape(rows, width, -1).to(self.dtype)
-            x = x + F.linear(att, w.o, w.o_bias).float()
-            gate, up = F.linear(self._norm(x, w.post_norm), w.gate_up, w.gate_up_bias).chunk(2, -1)
-            x = x + F.linear(F.silu(gate) * up, w.down, w.down_bias).float()
+            x = x + self.linear(att, w.o, w.o_bias).float()
+            gate_up = self.linear(self._norm(x, w.post_norm), w.gate_up, w.gate_up_bias)
+            gate, up = gate_up.chunk(2, -1)
+            x = x + self.linear(F.silu(gate) * up, w.down, w.down_bias).float()
         store.length += width
-        return F.linear(self._norm(x[:, -1], self.final_norm), self.lm_head).float()
+        return self.linear(self._norm(x[:, -1], self.final_norm), self.lm_head, None).float()
 
     def _attend(
         self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor
@@ -292,17 +296,20 @@ class LeanBackend(HFBackend):
         pad_token_id: int,
         seed: int = 0,
         weights_dtype: torch.dtype = torch.float32,
+        linear_kernel: str = "auto",
     ):
         reason = lean_support(model)
         if reason is not None:
             raise ValueError(
                 f"the lean backend cannot run this model: {reason}; use rollout.backend=hf"
             )
-        self.lean = LeanLlama(model, weights_dtype)
+        self.lean = LeanLlama(model, weights_dtype, linear_kernel)
         super().__init__(model, pad_token_id=pad_token_id, seed=seed)  # no autocast: the
         self.compute_dtype = weights_dtype  # lean forward picks each op's dtype itself
         exact = weights_dtype == torch.float32
-        self.numerics = BackendNumerics("lean", str(weights_dtype).removeprefix("torch."), exact)
+        self.numerics = BackendNumerics(
+            "lean", str(weights_dtype).removeprefix("torch."), exact, self.lean.kernel
+        )
         self.room = 0  # columns the current generate() call may still append
 
     def update_weights(self, model: Any, version: int) -> None:

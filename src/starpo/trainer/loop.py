@@ -149,7 +149,8 @@ class Trainer:
         self.recompute_old_logprobs = (not exact) if recompute is None else recompute
         source = "recomputed in training" if self.recompute_old_logprobs else "the rollout's"
         self.say(
-            f"rollouts: {numerics.name} backend in {numerics.compute_dtype}; "
+            f"rollouts: {numerics.name} backend in {numerics.compute_dtype} "
+            f"({numerics.matmul_kernel} matmuls, {torch.get_num_threads()} threads); "
             f"old log-probs: {source}"
         )
         self.local_backend, self.decode_dtype = self.backend, decode_dtype

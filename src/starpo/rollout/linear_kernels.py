@@ -1,0 +1,54 @@
+"""The matmul kernel behind the lean decoder's weight projections.
+
+A decode step multiplies every weight matrix by a few rows (the batch), so its speed is the
+speed of small-M fp32 GEMMs. PyTorch routes `F.linear` in fp32 to MKL's sgemm; on an AMD
+EPYC with AVX2 only, oneDNN's fp32 inner-product kernel (the one PyTorch's own mkldnn ops
+use) ran the SmolLM2 decode step's projections several times faster (see
+`bench/bench_decode.py`, which prints both side by side). Both compute in fp32 and differ
+only in the order of their sums.
+
+- `"torch"`: `F.linear` as is (any device, any dtype).
+- `"onednn"`: `torch.ops.mkldnn._linear_pointwise` on the dense weights (no copy, so the
+  weights stay the training model's own tensors and need no sync); fp32 on a CPU only.
+- `"auto"`: `"onednn"` where it applies (fp32 weights on a CPU whose PyTorch has
+  oneDNN), `"torch"` elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+LINEAR_KERNELS = ("auto", "torch", "onednn")
+
+Linear = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
+
+
+def onednn_applies(dtype: torch.dtype, device: torch.device) -> str | None:
+    """Why the oneDNN kernel cannot run weights of `dtype` on `device`, or None."""
+    if device.type != "cpu":
+        return f"the oneDNN kernel runs on a CPU, not {device.type}"
+    if dtype != torch.float32:
+        return f"the oneDNN kernel here is for fp32 weights, not {dtype}"
+    if not torch.backends.mkldnn.is_available():
+        return "this PyTorch build has no oneDNN (mkldnn)"
+    return None
+
+
+def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+def pick_linear(kernel: str, dtype: torch.dtype, device: torch.device) -> tuple[str, Linear]:
+    """(name, function) of the kernel `kernel` resolves to for weights of `dtype` on
+    `device`. An explicit "onednn" that cannot run raises with the reason."""
+    if kernel not in LINEAR_KERNELS:
+        raise ValueError(f"unknown linear kernel {kernel!r}; use one of {LINEAR_KERNELS}")
+    reason = onednn_applies(dtype, device)
+    if kernel == "onednn" and reason is not None:
+        raise ValueError(f"linear kernel 'onednn': {reason}; use 'auto' or 'torch'")
+    if kernel == "torch" or reason is not None:
+        return "torch", F.linear
+    return "onednn", _onednn_linear
