@@ -23,6 +23,7 @@ falls back to `HFBackend`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,7 @@ import torch.nn.functional as F
 from starpo.models.compat import uses_sliding_window
 from starpo.rollout.backend import BackendNumerics
 from starpo.rollout.hf_backend import HFBackend, build_hf_backend
-from starpo.rollout.linear_kernels import pick_linear
+from starpo.rollout.linear_kernels import pack_weight, pick_linear
 
 #: Model types whose decoder layers are exactly what `LeanLlama` computes.
 LEAN_MODEL_TYPES = ("llama", "qwen2", "mistral")
@@ -186,6 +187,17 @@ class LeanLlama:
         head = model.get_output_embeddings().weight
         tied = head.data_ptr() == model.model.embed_tokens.weight.data_ptr()
         self.lm_head = self.embed if tied else _build([head], weights_dtype)
+        self._pack()
+
+    def _pack(self) -> None:
+        """The matrices in the layout the matmul kernel reads (the same tensors for
+        F.linear): `self.layers` keep the dense weights that `sync` refills."""
+        matrices = ("qkv", "o", "gate_up", "down")
+        self.run_layers = [
+            dataclasses.replace(w, **{m: pack_weight(self.kernel, getattr(w, m)) for m in matrices})
+            for w in self.layers
+        ]
+        self.run_head = pack_weight(self.kernel, self.lm_head)
 
     @torch.no_grad()
     def sync(self) -> None:
@@ -197,6 +209,8 @@ class LeanLlama:
         _refill(self.final_norm, [self.model.model.norm.weight])
         if self.lm_head is not self.embed:
             _refill(self.lm_head, [self.model.get_output_embeddings().weight])
+        if self.kernel != "torch":
+            self._pack()  # a packed copy never aliases the model: re-pack the new weights
 
     def new_store(self, rows: int, device: torch.device) -> KVStore:
         # fp32 keys and values even with bf16 weights: attention is a small share of a step,
@@ -221,7 +235,7 @@ class LeanLlama:
         # One query row (decode): two small matmuls beat the fused kernel. Many (a prompt):
         # the fused kernel never holds the (L, T) scores of every head.
         bias = attention_bias(attend, self.heads // self.kv_heads) if width == 1 else None
-        for i, w in enumerate(self.layers):
+        for i, w in enumerate(self.run_layers):
             qkv = self.linear(self._norm(x, w.input_norm), w.qkv, w.qkv_bias).float()
             qkv = qkv.view(rows, width, -1, self.head_dim).transpose(1, 2)  # (B, heads, L, D)
             qk = _rotate(qkv[:, :rotated], cos, sin)
@@ -244,7 +258,7 @@ class LeanLlama:
             gate, up = gate_up.chunk(2, -1)
             x = x + self.linear(F.silu(gate) * up, w.down, w.down_bias).float()
         store.length += width
-        return self.linear(self._norm(x[:, -1], self.final_norm), self.lm_head, None).float()
+        return self.linear(self._norm(x[:, -1], self.final_norm), self.run_head, None).float()
 
     def _attend(
         self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor

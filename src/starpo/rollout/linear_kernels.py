@@ -8,8 +8,9 @@ use) ran the SmolLM2 decode step's projections several times faster (see
 only in the order of their sums.
 
 - `"torch"`: `F.linear` as is (any device, any dtype).
-- `"onednn"`: `torch.ops.mkldnn._linear_pointwise` on the dense weights (no copy, so the
-  weights stay the training model's own tensors and need no sync); fp32 on a CPU only.
+- `"onednn"`: `torch.ops.mkldnn._linear_pointwise` on weights reordered once into
+  oneDNN's blocked layout (`pack`; re-packed after every optimizer step): fp32 on a CPU
+  only. Packed, not dense: the kernel otherwise reorders each weight on every call.
 - `"auto"`: `"onednn"` where it applies (fp32 weights on a CPU whose PyTorch has
   oneDNN), `"torch"` elsewhere.
 """
@@ -41,9 +42,23 @@ def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
+#: The batch size oneDNN's weight layout is chosen for: a decode step's rows (any other
+#: row count still computes correctly).
+PACK_ROWS_HINT = 8
+
+
+def pack_weight(kernel: str, weight: torch.Tensor) -> torch.Tensor:
+    """`weight` (out, in) in the layout `kernel`'s linear reads: itself for "torch", a
+    reordered copy for "onednn"."""
+    if kernel == "onednn":
+        return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_ROWS_HINT)
+    return weight
+
+
 def pick_linear(kernel: str, dtype: torch.dtype, device: torch.device) -> tuple[str, Linear]:
     """(name, function) of the kernel `kernel` resolves to for weights of `dtype` on
-    `device`. An explicit "onednn" that cannot run raises with the reason."""
+    `device`; the function takes weights from `pack_weight(name, ...)`. An explicit
+    "onednn" that cannot run raises with the reason."""
     if kernel not in LINEAR_KERNELS:
         raise ValueError(f"unknown linear kernel {kernel!r}; use one of {LINEAR_KERNELS}")
     reason = onednn_applies(dtype, device)
