@@ -295,3 +295,22 @@ def test_a_reminder_only_in_the_first_turn_shortens_the_planned_turns():
     long, short = (episode_shape(c, tokenizer, "sokoban", {}) for c in (every, once))
     assert short.prompt_tokens == long.prompt_tokens  # the first message keeps it
     assert short.turn_tokens < long.turn_tokens
+
+
+def test_lean_weight_copy_counts_the_packed_matrices():
+    """fp32 lean on F.linear copies only the fused q/k/v and gate/up matrices; packed for
+    oneDNN it holds a copy of every matrix (the head too); bf16 a copy of every weight."""
+    shape = planning.ModelShape(
+        params=10_000, layers=2, hidden=8, intermediate=16, heads=2, kv_dim=4, vocab=32
+    )
+    fp32 = planning.Runtime(torch.float32, torch.float32, lean=True)
+    packed = planning.Runtime(torch.float32, torch.float32, lean=True, packed=True)
+    bf16 = planning.Runtime(torch.float32, torch.bfloat16, lean=True)
+    assert planning._decode_copy(shape, fp32) == 4 * shape.fused_params
+    assert planning._decode_copy(shape, packed) == 4 * shape.params
+    assert planning._decode_copy(shape, bf16) == 2 * shape.params
+    assert planning._decode_copy(shape, planning.Runtime(torch.float32, torch.float32, False)) == 0
+    cfg = load_config("cpu-bandit-starpo-s")
+    expected = torch.backends.mkldnn.is_available()
+    assert planning.runtime_for(cfg, "llama").packed is expected
+    assert planning.runtime_for(cfg, "gpt2").packed is False

@@ -229,6 +229,7 @@ class Runtime:
     compute_dtype: Any  # the update's dtype (bf16 autocast or fp32)
     decode_dtype: Any  # the rollout's weights
     lean: bool  # the lean backend (fp32 KV cache, its own weight copy when decode_dtype differs)
+    packed: bool = False  # the lean backend's matrices packed for oneDNN (a copy of each)
 
 
 def runtime_for(cfg: Any, model_type: str | None) -> Runtime:
@@ -238,6 +239,7 @@ def runtime_for(cfg: Any, model_type: str | None) -> Runtime:
     from starpo.models.loading import resolve_device
     from starpo.models.precision import compute_dtype, rollout_dtype
     from starpo.rollout.lean_backend import LEAN_MODEL_TYPES
+    from starpo.rollout.linear_kernels import onednn_applies
 
     device = resolve_device(cfg.model.device)
     compute = compute_dtype(cfg.model.dtype, device)
@@ -246,7 +248,9 @@ def runtime_for(cfg: Any, model_type: str | None) -> Runtime:
     on_cpu = device.type == "cpu"
     llama_like = model_type in LEAN_MODEL_TYPES and not cfg.model.lora.enabled
     lean = backend == "lean" or (backend == "auto" and on_cpu and llama_like)
-    return Runtime(compute, decode if decode is not None else torch.float32, lean)
+    decode = decode if decode is not None else torch.float32
+    packed = lean and onednn_applies(decode, device) is None
+    return Runtime(compute, decode, lean, packed)
 
 
 def _micro_tokens(micro: int, group_size: int, episode: EpisodeShape) -> tuple[int, int]:
@@ -284,13 +288,15 @@ def plan_memory(
 
 
 def _decode_copy(shape: ModelShape, run: Runtime) -> int:
-    """The lean backend's weights: fused q/k/v and gate/up copies in fp32, every weight
-    in a lower decode dtype; the HF backend decodes on the training weights."""
+    """The lean backend's weights: fused q/k/v and gate/up copies in fp32, every matrix
+    (the head too) when packed for oneDNN or in a lower decode dtype; the HF backend
+    decodes on the training weights."""
     import torch
 
     if not run.lean:
         return 0
-    copied = shape.fused_params if run.decode_dtype == torch.float32 else shape.params
+    lower = run.decode_dtype != torch.float32
+    copied = shape.params if lower or run.packed else shape.fused_params
     return copied * _dtype_bytes(run.decode_dtype)
 
 
