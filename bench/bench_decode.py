@@ -83,9 +83,8 @@ def lean_fp32_kernels() -> list[str]:
     return ["torch"] + (["onednn"] if onednn_applies(torch.float32, cpu) is None else [])
 
 
-def lean_fp32_contender(model, pad: int, prompt: list[int], kernel: str) -> Contender:
+def lean_fp32_contender(model, pad: int, prompt: list[int], weight_bytes: int, kernel: str):
     backend = LeanBackend(model, pad_token_id=pad, linear_kernel=kernel)
-    weight_bytes = sum(p.numel() for p in model.parameters()) * 4
     return backend_contender(f"lean fp32 {kernel}", backend, prompt, weight_bytes)
 
 
@@ -138,7 +137,10 @@ def main() -> None:
     contenders = [
         hf_generate_contender(model, tokenizer, prompt, params * 4),
         backend_contender("hf fp32", HFBackend(model, pad_token_id=pad), prompt, params * 4),
-        *[lean_fp32_contender(model, pad, prompt, kernel) for kernel in lean_fp32_kernels()],
+        *[
+            lean_fp32_contender(model, pad, prompt, params * 4, kernel)
+            for kernel in lean_fp32_kernels()
+        ],
         backend_contender(
             "lean bf16",
             LeanBackend(model, pad_token_id=pad, weights_dtype=torch.bfloat16),

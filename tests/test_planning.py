@@ -299,7 +299,8 @@ def test_a_reminder_only_in_the_first_turn_shortens_the_planned_turns():
 
 def test_lean_weight_copy_counts_the_packed_matrices():
     """fp32 lean on F.linear copies only the fused q/k/v and gate/up matrices; packed for
-    oneDNN it holds a copy of every matrix (the head too); bf16 a copy of every weight."""
+    oneDNN it also holds a packed copy of every matrix (the head too); bf16 a copy of
+    every weight."""
     shape = planning.ModelShape(
         params=10_000, layers=2, hidden=8, intermediate=16, heads=2, kv_dim=4, vocab=32
     )
@@ -307,7 +308,7 @@ def test_lean_weight_copy_counts_the_packed_matrices():
     packed = planning.Runtime(torch.float32, torch.float32, lean=True, packed=True)
     bf16 = planning.Runtime(torch.float32, torch.bfloat16, lean=True)
     assert planning._decode_copy(shape, fp32) == 4 * shape.fused_params
-    assert planning._decode_copy(shape, packed) == 4 * shape.params
+    assert planning._decode_copy(shape, packed) == 4 * (shape.fused_params + shape.params)
     assert planning._decode_copy(shape, bf16) == 2 * shape.params
     assert planning._decode_copy(shape, planning.Runtime(torch.float32, torch.float32, False)) == 0
     cfg = load_config("cpu-bandit-starpo-s")

@@ -288,16 +288,17 @@ def plan_memory(
 
 
 def _decode_copy(shape: ModelShape, run: Runtime) -> int:
-    """The lean backend's weights: fused q/k/v and gate/up copies in fp32, every matrix
-    (the head too) when packed for oneDNN or in a lower decode dtype; the HF backend
-    decodes on the training weights."""
+    """The lean backend's weights: fused q/k/v and gate/up copies in fp32, plus a packed
+    copy of every matrix (the head too) for oneDNN; every weight in a lower decode dtype;
+    the HF backend decodes on the training weights."""
     import torch
 
     if not run.lean:
         return 0
-    lower = run.decode_dtype != torch.float32
-    copied = shape.params if lower or run.packed else shape.fused_params
-    return copied * _dtype_bytes(run.decode_dtype)
+    if run.decode_dtype != torch.float32:
+        return shape.params * _dtype_bytes(run.decode_dtype)
+    packed = shape.params if run.packed else 0  # beside the dense fused copies it re-packs
+    return (shape.fused_params + packed) * 4
 
 
 def held_parts(cfg: Any, shape: ModelShape, run: Runtime) -> dict[str, int]:

@@ -3,13 +3,13 @@
 A decode step multiplies every weight matrix by a few rows (the batch), so its speed is the
 speed of small-M fp32 GEMMs. PyTorch routes `F.linear` in fp32 to MKL's sgemm; on an AMD
 EPYC with AVX2 only, oneDNN's fp32 inner-product kernel (the one PyTorch's own mkldnn ops
-use) ran the SmolLM2 decode step's projections several times faster (see
-`bench/bench_decode.py`, which prints both side by side). Both compute in fp32 and differ
-only in the order of their sums.
+use) on packed weights ran the SmolLM2 decode step's projections 2.4x faster at batch 8
+(209 -> 86 ms a step, `bench/profile_decode.py`; `bench/bench_decode.py` prints both
+kernels side by side). Both compute in fp32 and differ only in the order of their sums.
 
 - `"torch"`: `F.linear` as is (any device, any dtype).
 - `"onednn"`: `torch.ops.mkldnn._linear_pointwise` on weights reordered once into
-  oneDNN's blocked layout (`pack`; re-packed after every optimizer step): fp32 on a CPU
+  oneDNN's blocked layout (`pack_weight`; re-packed after every optimizer step): fp32 on a CPU
   only. Packed, not dense: the kernel otherwise reorders each weight on every call.
 - `"auto"`: `"onednn"` where it applies (fp32 weights on a CPU whose PyTorch has
   oneDNN), `"torch"` elsewhere.
