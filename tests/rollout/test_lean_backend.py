@@ -10,9 +10,9 @@ import torch
 
 from starpo.models.precision import rollout_dtype
 from starpo.registry import GENERATION_BACKENDS
-from starpo.rollout import RolloutEngine, RolloutSettings
+from starpo.rollout import RolloutEngine, RolloutSettings, hf_backend
 from starpo.rollout.backend import GenerationRequest, SamplingParams
-from starpo.rollout.hf_backend import HFBackend, inverse_cdf_sample
+from starpo.rollout.hf_backend import HFBackend, common_prefix_length, inverse_cdf_sample
 from starpo.rollout.lean_backend import KVStore, LeanBackend, lean_support
 from starpo.rollout.linear_kernels import onednn_applies, pick_linear
 
@@ -190,3 +190,43 @@ def test_auto_matmul_kernel_is_onednn_for_fp32_on_a_cpu_only():
         pick_linear("onednn", torch.bfloat16, cpu)
     with pytest.raises(ValueError, match="unknown linear kernel 'mkl'"):
         pick_linear("mkl", torch.float32, cpu)
+
+
+COMMON = list(range(30, 60))  # a 30-token common start, as a system prompt is
+SHARED_START = [COMMON + [5, 6], COMMON + [5, 6], COMMON + [7], COMMON + [8, 9, 10, 11]]
+
+
+@pytest.mark.parametrize("backend_class", [HFBackend, LeanBackend])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_common_prompt_start_is_encoded_once_and_changes_nothing(
+    tiny, backend_class, temperature, monkeypatch
+):
+    model, tokenizer = tiny
+    params = SamplingParams(max_new_tokens=8, temperature=temperature)
+
+    def play(share: bool):
+        monkeypatch.setattr(hf_backend, "MIN_COMMON_PREFIX", 16 if share else 10**6)
+        backend = backend_class(model, pad_token_id=tokenizer.pad_token_id, seed=5)
+        fed = []
+        feed = backend._feed
+        monkeypatch.setattr(backend, "_feed", lambda chunks: fed.append(chunks) or feed(chunks))
+        requests = [GenerationRequest(i, list(p)) for i, p in enumerate(SHARED_START)]
+        first = backend.generate(requests, params)
+        second = backend.generate(
+            [GenerationRequest(i, [20, 21][: i % 2 + 1]) for i in range(4)], params
+        )
+        return first + second, fed[0]
+
+    shared, first_feed = play(share=True)
+    separate, first_separate = play(share=False)
+    assert first_feed == [COMMON]  # the common start once, for one row
+    assert first_separate == [SHARED_START[0], SHARED_START[2], SHARED_START[3]]
+    assert [g.token_ids for g in shared] == [g.token_ids for g in separate]
+    for a, b in zip(shared, separate, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+
+
+def test_common_prefix_length_leaves_every_sequence_a_token():
+    assert common_prefix_length([[1, 2, 3], [1, 2, 4]]) == 2
+    assert common_prefix_length([[1, 2], [1, 2, 3]]) == 1
+    assert common_prefix_length([[4], [5]]) == 0

@@ -8,6 +8,7 @@ would see alone. A token sampled at the end of a turn is fed at the start of the
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -67,6 +68,17 @@ def inverse_cdf_sample(
     inside = blocks[torch.arange(rows, device=probs.device), chosen[:, 0]]  # (B, block)
     within = torch.searchsorted(inside.double().cumsum(dim=-1), target - before, right=True)
     return (chosen[:, 0] * block + within[:, 0].clamp(max=block - 1)).clamp(max=vocab - 1)
+
+
+#: Shortest common start of distinct prompts worth encoding once (`_feed_shared`).
+MIN_COMMON_PREFIX = 16
+
+
+def common_prefix_length(sequences: list[list[int]]) -> int:
+    """Tokens at the start that all `sequences` share, capped so each keeps one token
+    after it (the last token's logits are read)."""
+    shortest = min(len(s) for s in sequences)
+    return min(len(os.path.commonprefix(sequences)), shortest - 1)
 
 
 def ends_with_stop(tokens: list[int], params: SamplingParams) -> list[int] | None:
@@ -225,17 +237,31 @@ class HFBackend:
 
     def _feed_shared(self, chunks: list[list[int]]) -> torch.Tensor:
         """First chunks of new sessions: encode each distinct prompt once, then copy its
-        cache rows (all rollouts of a group start from the same prompt)."""
+        cache rows (all rollouts of a group start from the same prompt). The distinct
+        prompts' common start (the system prompt and instructions, 151 of Sokoban's ~225
+        tokens) is encoded once too, when it is at least MIN_COMMON_PREFIX tokens long."""
         first_row: dict[tuple[int, ...], int] = {}
         index = [first_row.setdefault(tuple(chunk), len(first_row)) for chunk in chunks]
-        if len(first_row) == len(chunks):
+        distinct = [list(chunk) for chunk in first_row]
+        common = common_prefix_length(distinct) if len(distinct) > 1 else 0
+        if common < MIN_COMMON_PREFIX and len(distinct) == len(chunks):
             return self._feed(chunks)
-        self._empty_cache(len(first_row))
-        logits = self._feed([list(chunk) for chunk in first_row])
+        if common < MIN_COMMON_PREFIX:
+            self._empty_cache(len(distinct))
+            logits = self._feed(distinct)
+        else:
+            self._empty_cache(1)
+            self._feed([distinct[0][:common]])
+            self._copy_rows(torch.zeros(len(distinct), dtype=torch.long, device=self.device))
+            logits = self._feed([chunk[common:] for chunk in distinct])
         rows = torch.tensor(index, device=self.device)
-        self._cache.batch_select_indices(rows)  # repeated indices copy the shared prompt
-        self._mask = self._mask[rows]
+        self._copy_rows(rows)
         return logits[rows]
+
+    def _copy_rows(self, rows: torch.Tensor) -> None:
+        """Cache and mask rows `rows` of the current ones (repeats copy a row)."""
+        self._cache.batch_select_indices(rows)
+        self._mask = self._mask[rows]
 
     def _decode(
         self, sessions: list[int], logits: torch.Tensor, params: SamplingParams

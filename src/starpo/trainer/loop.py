@@ -14,7 +14,7 @@ from starpo.diagnostics import ResponseMemory, echo_trap_metrics
 from starpo.envs import make
 from starpo.errors import UserError
 from starpo.logs import console_logger, warn
-from starpo.memory import return_large_frees_to_os
+from starpo.memory import keep_freed_memory, release_free_memory
 from starpo.models.precision import compute_dtype, precision_for, rollout_dtype
 from starpo.planning import planned_checkpoint_size
 from starpo.registry import GENERATION_BACKENDS
@@ -116,7 +116,7 @@ class Trainer:
         from starpo.models.loading import resolve_device
 
         self.cfg, self.run_dir, self.quiet = cfg, Path(run_dir), quiet
-        return_large_frees_to_os()  # a freed rollout KV cache must not stay resident
+        keep_freed_memory()  # fewer page faults; release_free_memory() after rollouts
         self.folder = RunFolder(self.run_dir)
         check_writable(self.run_dir)  # before any model loads
         make(cfg.env.id, **cfg.env.kwargs)  # bad env ids / kwargs fail before the model loads
@@ -339,6 +339,7 @@ class Trainer:
         timer = Timer()
         with timer("rollout"):
             trajectories, metrics = self.rollout(step)
+            release_free_memory()  # the KV cache's pages, before the update's activations
         kept = self.filter(trajectories, metrics)
         with timer("update"):
             batch = self.batch(kept)
@@ -458,6 +459,7 @@ class Trainer:
             )
             self.logger.log_validation_trajectories(step, result.trajectories)
             metrics = rollout_metrics(f"val/{self.cfg.env.validation_id}", result)
+            release_free_memory()
         return {**metrics, **timer.metrics()}
 
     def _log(self, step: int, metrics: dict[str, float]) -> dict[str, Any]:
