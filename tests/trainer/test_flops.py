@@ -105,6 +105,22 @@ def test_counted_linear_flops_equal_the_matmuls_torch_runs(monkeypatch, model, p
         assert size.tokens == prefix + rows * (width - prefix)
 
 
+def test_packed_prompts_count_each_prompt_once_and_the_padding_they_run(monkeypatch, model):
+    batch = grouped_batch().select(torch.arange(2 * GROUP_SIZE))  # two groups, two prompts
+    monkeypatch.setattr(forward, "PACKING", "always")
+    plan = forward.forward_plan(model, batch)
+    assert plan.kind == "packed" and len(plan.clusters) == 2
+    size = flops.training_pass(model, batch, factor=1)
+    ops = counted(lambda: policy_pass(model, batch))
+    assert sum(ops.get(op, 0) for op in LINEAR_OPS) == linear_flops(
+        flops.model_shape(model), size, 1
+    )
+    real = int(batch.attention_mask.sum())
+    assert size.real_tokens == real - sum((len(c.rows) - 1) * c.prefix for c in plan.clusters)
+    packed = forward.pack_rows(batch, plan.clusters)
+    assert size.tokens == packed.ids.numel()  # both sequences, padded to the longer
+
+
 def test_the_update_reports_the_flops_of_its_passes(model):
     """`ppo_update`'s perf/update_flops is the FLOPs of the passes it ran: one mini-batch
     of two micro-batches (one group each), both epochs, all with gradients (the rollout's

@@ -4,6 +4,8 @@ added in place, rows sharing a prompt packed into one sequence or sharing a KV c
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 import torch
 
@@ -109,16 +111,20 @@ def _tiny_batch() -> TrainBatch:
     )  # fmt: skip
 
 
+def _all_rows(batch: TrainBatch, prefix: int) -> list[forward.PromptCluster]:
+    return [forward.PromptCluster(torch.arange(len(batch)), prefix)]
+
+
 def test_pack_rows_puts_the_prefix_once_then_each_rows_own_tokens():
-    packed = forward.pack_rows(_tiny_batch(), prefix=3)
-    assert packed.ids.tolist() == [5, 6, 7, 10, 11, 20, 30, 31, 32]
-    assert packed.positions.tolist() == [0, 1, 2, 3, 4, 3, 3, 4, 5]
-    assert packed.segments.tolist() == [-1, -1, -1, 0, 0, 1, 2, 2, 2]
+    packed = forward.pack_rows(_tiny_batch(), _all_rows(_tiny_batch(), 3))
+    assert packed.ids.tolist() == [[5, 6, 7, 10, 11, 20, 30, 31, 32]]
+    assert packed.positions.tolist() == [[0, 1, 2, 3, 4, 3, 3, 4, 5]]
+    assert packed.segments.tolist() == [[-1, -1, -1, 0, 0, 1, 2, 2, 2]]
     assert packed.starts.tolist() == [3, 5, 6]
 
 
 def test_packed_mask_shows_each_token_the_prefix_and_its_own_row_before_it():
-    packed = forward.pack_rows(_tiny_batch(), prefix=3)
+    packed = forward.pack_rows(_tiny_batch(), _all_rows(_tiny_batch(), 3))
     mask = forward.packed_attention_mask(packed, "sdpa", torch.float32)[0, 0]
     assert mask[4].tolist() == [1, 1, 1, 1, 1, 0, 0, 0, 0]  # row 0's second token
     assert mask[6].tolist() == [1, 1, 1, 0, 0, 0, 1, 0, 0]  # row 2's first token
@@ -129,11 +135,74 @@ def test_packed_mask_shows_each_token_the_prefix_and_its_own_row_before_it():
 
 def test_packed_index_finds_each_rows_token_at_each_position():
     batch = _tiny_batch()
-    packed = forward.pack_rows(batch, prefix=3)
+    packed = forward.pack_rows(batch, _all_rows(batch, 3))
     index = forward.packed_index(packed, batch, torch.tensor([2, 3, 4, 5]))
     # Row 1 ends at position 3: its padding positions read its last token (no loss there).
     assert index.tolist() == [[2, 3, 4, 4], [2, 5, 5, 5], [2, 6, 7, 8]]
-    assert torch.equal(packed.ids[index[2]], batch.input_ids[2, 2:6])
+    assert torch.equal(packed.ids[0, index[2]], batch.input_ids[2, 2:6])
+
+
+def _two_prompt_batch() -> TrainBatch:
+    """Rows 0, 2, 3 share prompt [5, 6, 7], row 1 has [8, 9]; agent tokens (loss mask 1)
+    follow the prompt. Row 3 is identical to row 0 but for its last token."""
+    ids = torch.tensor(
+        [[5, 6, 7, 10, 11, 0], [8, 9, 20, 21, 22, 23], [5, 6, 7, 30, 0, 0], [5, 6, 7, 10, 12, 0]]
+    )
+    attention = (ids > 0).long()
+    loss = attention.float()
+    loss[:, :3] = 0
+    loss[1, 2] = 1
+    zeros = torch.zeros(ids.shape)
+    return TrainBatch(
+        ids, attention, loss, zeros, zeros, zeros[:, :1], zeros[:, :1].long(),
+        zeros[:, 0], torch.zeros(4, dtype=torch.long),
+    )  # fmt: skip
+
+
+def test_prompt_clusters_group_rows_by_the_tokens_before_their_first_agent_token():
+    clusters = forward.prompt_clusters(_two_prompt_batch())
+    assert [c.rows.tolist() for c in clusters] == [[0, 2, 3], [1]]
+    assert [c.prefix for c in clusters] == [3, 5]  # row 1 alone: all but its last token
+
+
+def test_packed_clusters_are_padded_sequences_each_with_its_own_prompt_once():
+    batch = _two_prompt_batch()
+    packed = forward.pack_rows(batch, forward.prompt_clusters(batch))
+    assert packed.ids.shape == (2, 8)
+    assert packed.ids[0].tolist() == [5, 6, 7, 10, 11, 30, 10, 12]
+    assert packed.segments.tolist() == [[-1, -1, -1, 0, 0, 2, 3, 3], [-1] * 5 + [1] + [-2] * 2]
+    assert packed.positions[1].tolist() == [0, 1, 2, 3, 4, 5, 0, 0]
+    mask = forward.packed_attention_mask(packed, "sdpa", torch.float32)[:, 0]
+    assert mask[0, 6].tolist() == [1, 1, 1, 0, 0, 0, 1, 0]  # row 3's first own token
+    assert mask[1, 7].tolist() == [1, 1, 1, 1, 1, 0, 1, 1]  # padding: prefix and padding
+    index = forward.packed_index(packed, batch, torch.tensor([2, 3, 4]))
+    for row in range(4):  # every row reads its own tokens at those positions
+        length = int(batch.attention_mask[row].sum())
+        want = batch.input_ids[row, [min(p, length - 1) for p in (2, 3, 4)]]
+        assert torch.equal(packed.ids.flatten()[index[row]], want)
+
+
+def test_groups_sharing_a_prompt_pack_one_sequence_per_prompt(monkeypatch, prompt_batch):
+    """Two prompts, three rows each, interleaved: the packed path (one sequence per prompt)
+    gives the plain forward's log-probs, entropy and gradients."""
+    first = prompt_batch(40, 12, first_turn=0, last_agent=12, rows=3)
+    second = prompt_batch(40, 12, first_turn=0, last_agent=12, rows=3)
+    second.input_ids[:, :40] = first.input_ids[:, :40].flip(1)  # another prompt
+    order = [0, 3, 1, 4, 2, 5]
+    batch = TrainBatch(
+        **{
+            f.name: torch.cat([getattr(first, f.name), getattr(second, f.name)])[order]
+            for f in fields(TrainBatch)
+            if getattr(first, f.name) is not None
+        }
+    )
+    model, _ = tiny_random_model(seed=1)
+    plan = forward.forward_plan(model, batch)
+    assert plan.kind == "packed" and [c.rows.tolist() for c in plan.clusters] == [
+        [0, 2, 4],
+        [1, 3, 5],
+    ]
+    _assert_same(_run(monkeypatch, batch, "auto"), _run(monkeypatch, batch, "plain"))
 
 
 def test_packing_pays_for_short_tails_not_for_long_ones(prompt_batch):

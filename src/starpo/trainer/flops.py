@@ -111,20 +111,30 @@ class PassSize:
 
 
 def decoder_pass(model: nn.Module, shape: Shape, batch: TrainBatch) -> PassSize:
-    """The decoder FLOPs of `forward.hidden_at` on `batch` (no LM head): the shared
-    prefix once when the path shares it, then each row's tail, padded or packed."""
+    """The decoder FLOPs of `forward.hidden_at` on `batch` (no LM head), by the same
+    `forward.forward_plan`: each shared prefix once, then each row's tail, padded (plain,
+    shared cache) or packed."""
     rows, width = batch.input_ids.shape
-    prefix = forward.shared_prefix_length(batch)
-    if rows == 1 or prefix < forward.MIN_SHARED_PREFIX:
-        prefix = 0
-    own = batch.attention_mask[:, prefix:].sum(dim=1)  # (B,) each row's real tail
-    if prefix and forward.packing_pays(model, batch, prefix):
-        tails = own  # packed: no padding
-    else:
-        tails = torch.full_like(own, width - prefix)  # padded to the widest row
-    run = prefix + int(tails.sum())
-    flops = decoder_flops(shape, run, causal_pairs(prefix, tails))
-    return PassSize(flops, run, prefix + int(own.sum()))
+    plan = forward.forward_plan(model, batch)
+    if plan.kind == "plain":
+        tails = torch.full((rows,), width)
+        real = int(batch.attention_mask.sum())
+        return PassSize(
+            decoder_flops(shape, rows * width, causal_pairs(0, tails)), rows * width, real
+        )
+    own_tokens = [batch.attention_mask[c.rows, c.prefix :].sum(dim=1) for c in plan.clusters]
+    pairs = zip(plan.clusters, own_tokens, strict=True)
+    longest = max(c.prefix + int(own.sum()) for c, own in pairs)
+    total = PassSize()
+    for cluster, own in zip(plan.clusters, own_tokens, strict=True):
+        prefix = cluster.prefix
+        # packed: no padding but up to the longest packed sequence; a shared cache: every
+        # tail padded to the widest row
+        tails = own if plan.kind == "packed" else torch.full_like(own, width - prefix)
+        run = longest if plan.kind == "packed" else prefix + int(tails.sum())
+        flops = decoder_flops(shape, run, causal_pairs(prefix, tails))
+        total = total + PassSize(flops, run, prefix + int(own.sum()))
+    return total
 
 
 def head_flops(shape: Shape, rows: int) -> float:

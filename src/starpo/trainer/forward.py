@@ -201,16 +201,17 @@ def hidden_at(
     encoding a shared prompt prefix only once; the decoder runs without the LM head.
     `grad_sink`: see `_tied_grad_sink`."""
     decoder = model.get_decoder()
-    prefix = shared_prefix_length(batch)
-    if len(batch) == 1 or prefix < MIN_SHARED_PREFIX:
+    plan = forward_plan(model, batch)
+    if plan.kind == "plain":
         out = decoder(
             inputs_embeds=_embed(model, batch.input_ids, grad_sink),
             attention_mask=batch.attention_mask,
             use_cache=False,
         )
         return gather_rows(out.last_hidden_state, positions, dim=1)
-    if packing_pays(model, batch, prefix):
-        return _packed_hidden_at(model, batch, positions, prefix, grad_sink)
+    if plan.kind == "packed":
+        return _packed_hidden_at(model, batch, positions, plan.clusters, grad_sink)
+    prefix = plan.clusters[0].prefix
     # One embedding lookup for the prefix and every row's tail: one gradient for it.
     name = cache_argument(decoder)
     ids = batch.input_ids
@@ -245,57 +246,130 @@ ROW_COPY_TOKENS = 0.064
 
 
 @dataclass(frozen=True)
+class PromptCluster:
+    """Rows of a batch that share a prompt, and the tokens they share at the start."""
+
+    rows: torch.Tensor  # (n,) batch rows
+    prefix: int  # tokens all of them share, capped so each keeps at least one of its own
+
+
+def prompt_clusters(batch: TrainBatch) -> list[PromptCluster]:
+    """The batch's rows grouped by their prompt (the tokens before their first agent token;
+    a row without one counts whole), in order of first appearance. Different env groups
+    can share a prompt (the bandit's 16 groups have 4 prompts between them), so a
+    micro-batch of several groups encodes each prompt once (`_packed_hidden_at`)."""
+    ids, agent = batch.input_ids.cpu(), batch.loss_mask.cpu() > 0
+    lengths = batch.attention_mask.sum(dim=1).cpu()
+    first = torch.where(agent.any(dim=1), agent.int().argmax(dim=1), lengths)
+    by_prompt: dict[tuple[int, ...], list[int]] = {}
+    for row in range(len(ids)):
+        by_prompt.setdefault(tuple(ids[row, : first[row]].tolist()), []).append(row)
+    clusters = []
+    for rows in by_prompt.values():
+        index = torch.tensor(rows)
+        same = (ids[index] == ids[index[:1]]).all(dim=0)
+        differs = torch.nonzero(~same)
+        prefix = int(differs[0]) if len(differs) else ids.shape[1]
+        prefix = min(prefix, int(lengths[index].min()) - 1)
+        clusters.append(PromptCluster(index.to(batch.input_ids.device), prefix))
+    return clusters
+
+
+@dataclass(frozen=True)
 class PackedRows:
-    """Rows sharing a prefix as ONE sequence: the prefix, then each row's own tokens
-    (padding dropped). Entry i of each (L,) tensor describes packed token i."""
+    """Rows as C packed sequences, one per `PromptCluster`: its prefix once, then each of
+    its rows' own tokens (padding dropped), right-padded to the longest sequence. Entry
+    [c, i] of each (C, L) tensor describes token i of sequence c; (B,) tensors index the
+    flattened (C * L) tokens."""
 
-    ids: torch.Tensor  # (L,) token ids
-    positions: torch.Tensor  # (L,) position of the token in its own row
-    segments: torch.Tensor  # (L,) -1 on the prefix, else the row the token belongs to
-    starts: torch.Tensor  # (B,) index of each row's first own token
+    ids: torch.Tensor  # (C, L) token ids
+    positions: torch.Tensor  # (C, L) position of the token in its own row
+    segments: torch.Tensor  # (C, L) -1 on a prefix, -2 on padding, else the token's row
+    starts: torch.Tensor  # (B,) flat index of each row's first own token
+    prefix_starts: torch.Tensor  # (B,) flat index of the first token of each row's prefix
+    prefixes: torch.Tensor  # (B,) prefix length of each row's cluster
 
 
-def pack_rows(batch: TrainBatch, prefix: int) -> PackedRows:
-    """The prefix once, then every row's tokens after it, without padding."""
-    lengths = batch.attention_mask.sum(dim=1)  # (B,) right padding: real tokens first
-    keep = batch.attention_mask.bool().clone()
+def _pack_cluster(batch: TrainBatch, cluster: PromptCluster) -> tuple[torch.Tensor, ...]:
+    """(ids, positions, segments, own tokens per row) of one cluster's packed sequence."""
+    ids, mask = batch.input_ids[cluster.rows], batch.attention_mask[cluster.rows]
+    prefix = cluster.prefix
+    keep = mask.bool().clone()
     keep[:, :prefix] = False
-    columns = torch.arange(batch.input_ids.shape[1], device=lengths.device)
-    own = lengths - prefix  # (B,) tokens after the prefix, >= 1
-    starts = prefix + torch.cumsum(own, dim=0) - own
-    rows = torch.arange(len(batch), device=lengths.device)
-    return PackedRows(
-        ids=torch.cat([batch.input_ids[0, :prefix], batch.input_ids[keep]]),
-        positions=torch.cat([columns[:prefix], columns.expand_as(keep)[keep]]),
-        segments=torch.cat(
-            [torch.full((prefix,), -1, device=rows.device), rows.repeat_interleave(own)]
+    columns = torch.arange(ids.shape[1], device=ids.device)
+    own = mask.sum(dim=1) - prefix  # (n,) tokens after the prefix, >= 1
+    return (
+        torch.cat([ids[0, :prefix], ids[keep]]),
+        torch.cat([columns[:prefix], columns.expand_as(keep)[keep]]),
+        torch.cat(
+            [torch.full((prefix,), -1, device=ids.device), cluster.rows.repeat_interleave(own)]
         ),
+        own,
+    )
+
+
+def pack_rows(batch: TrainBatch, clusters: list[PromptCluster]) -> PackedRows:
+    """Each cluster's prefix once, then every one of its rows' tokens after it."""
+    parts = [_pack_cluster(batch, cluster) for cluster in clusters]
+    width = max(len(part[0]) for part in parts)
+    rows, device = len(batch), batch.input_ids.device
+    starts = torch.zeros(rows, dtype=torch.long, device=device)
+    prefix_starts, prefixes = torch.zeros_like(starts), torch.zeros_like(starts)
+    for c, (cluster, (_, _, _, own)) in enumerate(zip(clusters, parts, strict=True)):
+        base = c * width
+        starts[cluster.rows] = base + cluster.prefix + torch.cumsum(own, dim=0) - own
+        prefix_starts[cluster.rows] = base
+        prefixes[cluster.rows] = cluster.prefix
+
+    def padded(index: int, fill: int) -> torch.Tensor:
+        return torch.stack(
+            [F.pad(part[index], (0, width - len(part[index])), value=fill) for part in parts]
+        )
+
+    return PackedRows(
+        ids=padded(0, int(batch.input_ids[0, 0])),
+        positions=padded(1, 0),
+        segments=padded(2, -2),
         starts=starts,
+        prefix_starts=prefix_starts,
+        prefixes=prefixes,
     )
 
 
 def packed_attention_mask(packed: PackedRows, kind: str, dtype: torch.dtype) -> torch.Tensor:
-    """(1, 1, L, L) mask: a token sees the prefix and the earlier tokens of its own row,
-    as it would in its own padded row. Boolean (True = attend) for sdpa, additive for
+    """(C, 1, L, L) mask: a token sees its sequence's prefix and the earlier tokens of its
+    own row, as it would in its own padded row (a padding token sees the prefix and earlier
+    padding, so no softmax is empty). Boolean (True = attend) for sdpa, additive for
     eager attention."""
     seg = packed.segments
-    index = torch.arange(len(seg), device=seg.device)
-    same_row = (seg.unsqueeze(1) == seg.unsqueeze(0)) | (seg.unsqueeze(0) < 0)
-    allowed = same_row & (index.unsqueeze(0) <= index.unsqueeze(1))  # (L, L) query x key
+    index = torch.arange(seg.shape[1], device=seg.device)
+    same_row = (seg.unsqueeze(2) == seg.unsqueeze(1)) | (seg.unsqueeze(1) == -1)
+    allowed = same_row & (index.unsqueeze(0) <= index.unsqueeze(1))  # (C, L, L) query x key
     if kind == "sdpa":
-        return allowed[None, None]
+        return allowed[:, None]
     blocked = torch.zeros(allowed.shape, dtype=dtype, device=seg.device)
-    return blocked.masked_fill_(~allowed, torch.finfo(dtype).min)[None, None]
+    return blocked.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
 
 
 def packed_index(packed: PackedRows, batch: TrainBatch, positions: torch.Tensor) -> torch.Tensor:
-    """(B, K) packed index of each row's token at each of `positions` (the prefix's for a
-    position inside it; the row's last token for a padding position, which no loss reads)."""
-    prefix = int((packed.segments < 0).sum())
+    """(B, K) flat packed index of each row's token at each of `positions` (its prefix's
+    for a position inside it; the row's last token for a padding position, which no loss
+    reads)."""
     last = batch.attention_mask.sum(dim=1, keepdim=True) - 1  # (B, 1)
     pos = torch.minimum(positions.unsqueeze(0), last)  # (B, K)
+    prefix = packed.prefixes.unsqueeze(1)
+    inside = packed.prefix_starts.unsqueeze(1) + pos
     own = packed.starts.unsqueeze(1) + pos - prefix
-    return torch.where(pos < prefix, pos, own)
+    return torch.where(pos < prefix, inside, own)
+
+
+def _pair_cost(config) -> float:
+    """What one (query, key) pair costs in tokens' worth of layer compute: 4 hidden
+    multiply-adds per layer where a token costs the layer's weights, at about half the
+    efficiency: 4 x hidden / weights."""
+    hidden, inter = config.hidden_size, config.intermediate_size
+    kv = hidden * config.num_key_value_heads // config.num_attention_heads
+    return 4 * hidden / (2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * inter)
 
 
 def packing_cost(config, batch: TrainBatch, prefix: int) -> tuple[float, float]:
@@ -306,13 +380,9 @@ def packing_cost(config, batch: TrainBatch, prefix: int) -> tuple[float, float]:
     L x L pairs of the packed sequence (a custom mask skips nothing). Shared cache: the
     prefix once, every row's tail padded to the widest, attention over the pairs a
     causal model needs, plus ROW_COPY_TOKENS for every row's copy of every cached position.
-    A (query, key) pair costs 4 hidden multiply-adds per layer where a token costs the
-    layer's weights, at about half the efficiency: 4 x hidden / weights tokens.
     """
     rows, width = batch.input_ids.shape
-    hidden, inter = config.hidden_size, config.intermediate_size
-    kv = hidden * config.num_key_value_heads // config.num_attention_heads
-    pair = 4 * hidden / (2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * inter)
+    pair = _pair_cost(config)
     tail = width - prefix
     packed_tokens = prefix + int(batch.attention_mask[:, prefix:].sum())
     packed = packed_tokens + pair * packed_tokens**2
@@ -321,42 +391,91 @@ def packing_cost(config, batch: TrainBatch, prefix: int) -> tuple[float, float]:
     return packed, cached
 
 
+def clusters_cost(config, batch: TrainBatch, clusters: list[PromptCluster]) -> float:
+    """Cost (as `packing_cost`) of one packed sequence per cluster, padded to the longest,
+    attention over all pairs of each."""
+    width = max(c.prefix + int(batch.attention_mask[c.rows, c.prefix :].sum()) for c in clusters)
+    return len(clusters) * (width + _pair_cost(config) * width**2)
+
+
+def plain_cost(config, batch: TrainBatch) -> float:
+    """Cost (as `packing_cost`) of the padded rows as they are, all pairs of each."""
+    rows, width = batch.input_ids.shape
+    return rows * (width + _pair_cost(config) * width**2)
+
+
+def _packable(config) -> bool:
+    """The model takes a custom attention mask and has no sliding window (which the mask
+    would drop)."""
+    return config._attn_implementation in PACKABLE_ATTENTION and not uses_sliding_window(config)
+
+
 def packing_pays(model: nn.Module, batch: TrainBatch, prefix: int) -> bool:
     """Whether to run a shared-prefix micro-batch packed (`_packed_hidden_at`) rather than
-    through a shared KV cache: the model takes a custom attention mask and has no sliding
-    window (the mask would drop it), and `packing_cost` finds packing cheaper (PACKING
-    "auto"). Short answers to a long prompt pack (the bandit); long ones do not."""
-    config = model.config
-    if PACKING == "never" or config._attn_implementation not in PACKABLE_ATTENTION:
-        return False
-    if uses_sliding_window(config):
+    through a shared KV cache: the model is `_packable`, and `packing_cost` finds packing
+    cheaper (PACKING "auto"). Short answers to a long prompt pack (the bandit); long ones
+    do not."""
+    if PACKING == "never" or not _packable(model.config):
         return False
     if PACKING == "always":
         return True
-    packed, cached = packing_cost(config, batch, prefix)
+    packed, cached = packing_cost(model.config, batch, prefix)
     return packed < cached
+
+
+@dataclass(frozen=True)
+class ForwardPlan:
+    """How `hidden_at` runs a batch: "plain" (the padded rows), "cache" (the first
+    cluster's prefix once, shared with every row as a KV cache) or "packed" (one packed
+    sequence per cluster). `flops.decoder_pass` counts the same plan."""
+
+    kind: str
+    clusters: list[PromptCluster]
+
+
+def forward_plan(model: nn.Module, batch: TrainBatch) -> ForwardPlan:
+    """The cheapest exact way to run `batch`: rows with several prompts, some shared by
+    several rows (groups of one prompt in one micro-batch), pack one sequence per prompt
+    when `clusters_cost` beats the alternatives; rows with one common prefix share it
+    packed or through a KV cache (`packing_pays`); other batches run plain."""
+    rows, config = len(batch), model.config
+    prefix = shared_prefix_length(batch)
+    if rows > 1 and PACKING != "never" and _packable(config):
+        clusters = prompt_clusters(batch)
+        if 1 < len(clusters) < rows:
+            others = [plain_cost(config, batch)]
+            if prefix >= MIN_SHARED_PREFIX:
+                others += packing_cost(config, batch, prefix)
+            if PACKING == "always" or clusters_cost(config, batch, clusters) < min(others):
+                return ForwardPlan("packed", clusters)
+    if rows == 1 or prefix < MIN_SHARED_PREFIX:
+        return ForwardPlan("plain", [])
+    every = [PromptCluster(torch.arange(rows, device=batch.input_ids.device), prefix)]
+    return ForwardPlan("packed" if packing_pays(model, batch, prefix) else "cache", every)
 
 
 def _packed_hidden_at(
     model: nn.Module,
     batch: TrainBatch,
     positions: torch.Tensor,
-    prefix: int,
+    clusters: list[PromptCluster],
     grad_sink: list | None,
 ) -> torch.Tensor:
-    """`hidden_at` for rows sharing `prefix` tokens, as one packed sequence (`pack_rows`):
-    exact, as every token attends to what it would see in its own row, at its own
-    position."""
-    packed = pack_rows(batch, prefix)
-    embeds = _embed(model, packed.ids, grad_sink).unsqueeze(0)  # (1, L, H)
+    """`hidden_at` for rows in `clusters`, as one packed sequence per cluster
+    (`pack_rows`): exact, as every token attends to what it would see in its own row, at
+    its own position."""
+    packed = pack_rows(batch, clusters)
+    sequences, width = packed.ids.shape
+    embeds = _embed(model, packed.ids.reshape(-1), grad_sink).view(sequences, width, -1)
     mask = packed_attention_mask(packed, model.config._attn_implementation, embeds.dtype)
     out = model.get_decoder()(
         inputs_embeds=embeds,
         attention_mask=mask,
-        position_ids=packed.positions.unsqueeze(0),
+        position_ids=packed.positions,
         use_cache=False,
     )
-    return gather_rows(out.last_hidden_state[0], packed_index(packed, batch, positions))
+    hidden = out.last_hidden_state.flatten(0, 1)  # (C * L, H)
+    return gather_rows(hidden, packed_index(packed, batch, positions))
 
 
 def _compute_dtype(weight: torch.Tensor) -> torch.dtype:

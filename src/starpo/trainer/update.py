@@ -30,7 +30,7 @@ from starpo.config import TrainConfig
 from starpo.errors import UserError
 from starpo.trainer import flops
 from starpo.trainer.batch import TrainBatch
-from starpo.trainer.forward import policy_logprobs, reference_logprobs
+from starpo.trainer.forward import policy_logprobs, prompt_clusters, reference_logprobs
 from starpo.trainer.models import TrainModels, trainable_parameters
 from starpo.trainer.optim import Optimizers
 
@@ -373,6 +373,16 @@ def update_speed(work: float, seconds: float, models: TrainModels) -> dict[str, 
     }
 
 
+def prompt_sort_keys(batch: TrainBatch) -> torch.Tensor:
+    """(B,) CPU keys that order rows by prompt (first appearance), then by group."""
+    groups = batch.group_ids.cpu()
+    prompt = torch.zeros(len(batch), dtype=torch.long)
+    for index, cluster in enumerate(prompt_clusters(batch)):
+        prompt[cluster.rows.cpu()] = index
+    span = int(groups.max()) - int(groups.min()) + 1 if len(batch) else 1
+    return prompt * span + (groups - (int(groups.min()) if len(batch) else 0))
+
+
 def _trained_parameters(models: TrainModels) -> list[torch.nn.Parameter]:
     """Every parameter an update changes: the actor's and the critic's (when there is one)."""
     modules = [m for m in (models.actor, models.critic) if m is not None]
@@ -414,14 +424,15 @@ def ppo_update(
     sums: dict[str, list[float]] = defaultdict(list)
     skipped, mismatch_of_batch, work = 0, {}, 0.0
     pending = batch.old_logprobs is None  # recomputed old log-probs, left by `prepare`
+    prompt_order = prompt_sort_keys(batch)
     for epoch in range(opt.ppo_epochs):
         order = torch.randperm(len(batch), generator=generator)
         for start in range(0, len(batch), opt.mini_batch_size):
             rows = order[start : start + opt.mini_batch_size]
-            # Group members share their prompt: keeping them in the same micro-batches lets
-            # the forward pass encode it once (the mini-batch gradient is the same sum).
-            # (The sort keys come back to the CPU, where `rows` lives, on any device.)
-            rows = rows[torch.argsort(batch.group_ids[rows].cpu(), stable=True)]
+            # Rows sharing a prompt (a group; several groups, where their seeds give the
+            # same prompt) side by side: a micro-batch then encodes each prompt once (the
+            # mini-batch gradient is the same sum).
+            rows = rows[torch.argsort(prompt_order[rows], stable=True)]
             mini = batch.select(rows)
             if pending:  # the first mini-batch: the others' old log-probs up front
                 fill_old_logprobs(batch, rows, models, cfg)
