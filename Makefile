@@ -43,6 +43,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_levels.py
 	$(BIN)/python bench/bench_decode.py
+	$(BIN)/python bench/bench_int8.py
 	$(BIN)/python bench/bench_rollout.py
 	$(BIN)/python bench/bench_update.py
 	$(BIN)/python bench/bench_workers.py

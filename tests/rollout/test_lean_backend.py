@@ -120,6 +120,29 @@ def test_kv_store_grows_and_selects_rows_without_losing_content():
     torch.testing.assert_close(store.values[0][:, :, :3], -keys[[1, 1, 0]])
 
 
+def test_kv_store_shares_prompt_blocks_between_rows_without_copying_them():
+    store = KVStore(layers=1, rows=2, kv_heads=1, head_dim=4, dtype=torch.float32, device="cpu")
+    prompts = torch.arange(2 * 3 * 4, dtype=torch.float32).view(2, 1, 3, 4)
+    store.ensure(5)
+    store.write(0, prompts, -prompts)
+    store.length += 3
+    store.share(torch.tensor([1, 0, 1, 1]))  # four rows, two of them read prompt 1
+    assert (store.rows, store.shared, store.capacity) == (4, 3, 8)
+    torch.testing.assert_close(store.shared_keys[0], prompts)
+    own = torch.full((4, 1, 1, 4), 7.0)
+    keys, values = store.write(0, own, -own)  # the next column goes to the rows' buffers
+    assert keys.shape == (4, 1, 1, 4)
+    store.length += 1
+    store.ensure(40)  # growth keeps the rows' own columns and the shared blocks
+    torch.testing.assert_close(store.keys[0][:, :, :1], own)
+    store.batch_select_indices(torch.tensor([3, 1]))
+    assert store.shared_rows.tolist() == [1, 0]
+    groups = store.sharing_groups()
+    assert [(block, rows.tolist()) for block, rows in groups] == [(0, [1]), (1, [0])]
+    with pytest.raises(ValueError, match="already"):
+        store.share(torch.tensor([0, 1]))
+
+
 def test_lean_support_names_what_is_missing(tiny):
     from transformers import GPT2Config, GPT2LMHeadModel
 

@@ -255,13 +255,21 @@ class HFBackend:
             self._copy_rows(torch.zeros(len(distinct), dtype=torch.long, device=self.device))
             logits = self._feed([chunk[common:] for chunk in distinct])
         rows = torch.tensor(index, device=self.device)
-        self._copy_rows(rows)
+        if len(distinct) < len(chunks):
+            self._share_rows(rows)
+        else:
+            self._copy_rows(rows)
         return logits[rows]
 
     def _copy_rows(self, rows: torch.Tensor) -> None:
         """Cache and mask rows `rows` of the current ones (repeats copy a row)."""
         self._cache.batch_select_indices(rows)
         self._mask = self._mask[rows]
+
+    def _share_rows(self, rows: torch.Tensor) -> None:
+        """Rows `rows` of the distinct prompts just encoded (repeats: rollouts of a group).
+        A copy each here; a cache that can share one prompt between rows overrides this."""
+        self._copy_rows(rows)
 
     def _decode(
         self, sessions: list[int], logits: torch.Tensor, params: SamplingParams
