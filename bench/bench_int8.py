@@ -79,9 +79,11 @@ def matmul_speeds(rows_list: list[int], repeats: int) -> None:
 def int8_lean(model, projections: tuple[str, ...]) -> LeanLlama:
     """A lean decoder whose `projections` run on fbgemm int8, the rest on fp32 oneDNN."""
     lean = LeanLlama(model, torch.float32, "onednn")
-    lean.run_layers = [
-        dataclasses.replace(w, **{p: ("int8", fbgemm_int8(getattr(w, p))) for p in projections})
-        for w in lean.run_layers
+    lean.run_layers = [  # quantised from the dense fp32 weights (`layers`), not the packed
+        dataclasses.replace(
+            run, **{p: ("int8", fbgemm_int8(getattr(dense, p))) for p in projections}
+        )
+        for run, dense in zip(lean.run_layers, lean.layers, strict=True)
     ]
     fp32 = lean.linear
 
