@@ -94,7 +94,8 @@ def test_kv_cache_and_episode_length_match_a_lean_rollout(tiny_model_dir, monkey
 
     def recording_ensure(store, columns):
         ensure(store, columns)
-        held = sum(t.nbytes for t in (*store.keys, *store.values))
+        held = sum(t.nbytes for t in (*store.keys, *store.values, *store.shared_keys))
+        held += sum(t.nbytes for t in store.shared_values)
         peak["bytes"] = max(peak["bytes"], held)
 
     monkeypatch.setattr(KVStore, "ensure", recording_ensure)
@@ -107,7 +108,9 @@ def test_kv_cache_and_episode_length_match_a_lean_rollout(tiny_model_dir, monkey
     assert longest <= episode.max_length
     assert longest >= 0.95 * episode.max_length
     shape = model_shape(str(tiny_model_dir))
-    assert kv_cache_bytes(shape, 6, episode, 4) == pytest.approx(peak["bytes"], rel=0.1)
+    # 2 groups of 3: each group's prompt held once (KVStore.share)
+    assert kv_cache_bytes(shape, 6, episode, 4, 2) == pytest.approx(peak["bytes"], rel=0.1)
+    assert kv_cache_bytes(shape, 6, episode, 4) > 1.5 * peak["bytes"]  # unshared: far more
 
 
 def _plan(tiny_model_dir, *overrides):
@@ -214,11 +217,13 @@ def test_plan_memory_counts_adam_for_trainable_parameters_only(tiny_model_dir):
 # ---- the estimate against measured peaks ------------------------------------------------------
 
 #: Two runs whose peaks come from different parts: a rollout of 128 bandit episodes at
-#: once (the KV cache), and 5-turn Sokoban updates with a critic (activations).
+#: once (the KV cache: on the hf backend, which holds a copy of the prompt per episode;
+#: the lean backend shares it, see test_kv_cache_and_episode_length_match_a_lean_rollout),
+#: and 5-turn Sokoban updates with a critic (activations).
 MEASURED_CONFIGS = {
     "rollout-bound": (
         "cpu-bandit-starpo-s",
-        ["rollout.max_new_tokens=24"],
+        ["rollout.max_new_tokens=24", "rollout.backend=hf", "optim.micro_batch_size=8"],
     ),
     "update-bound": (
         "cpu-tiny-smoke",

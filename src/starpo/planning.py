@@ -209,17 +209,27 @@ def activation_bytes_per_token(shape: ModelShape, autocast: bool, checkpointed: 
     return shape.layers * layer + outside
 
 
-def kv_cache_bytes(shape: ModelShape, rows: int, episode: EpisodeShape, item_bytes: int) -> int:
+def kv_cache_bytes(
+    shape: ModelShape, rows: int, episode: EpisodeShape, item_bytes: int, prompts: int = 0
+) -> int:
     """Keys and values of `rows` episodes at their longest, with `KVStore`'s growth: room
-    for a whole turn is asked at once and grows at least 1.5x, in steps of 8 columns."""
+    for a whole turn is asked at once and grows at least 1.5x, in steps of 8 columns.
+    `prompts` < rows (the lean backend, rollouts of a group starting from one prompt): the
+    first prompt is held once per distinct prompt (`KVStore.share`) and each row's own
+    buffer holds the columns after it."""
+    shared = 0 < prompts < rows
     capacity, length = 0, 0
     for turn in range(episode.max_turns):
-        length += episode.prompt_tokens if turn == 0 else episode.turn_tokens
+        if turn:
+            length += episode.turn_tokens
+        elif not shared:
+            length += episode.prompt_tokens
         need = length + 1 + episode.response_tokens  # LeanBackend.generate's room
         if need > capacity:
             capacity = -(-max(need, capacity * 3 // 2) // 8) * 8
         length += episode.response_tokens
-    return rows * capacity * shape.layers * 2 * shape.kv_dim * item_bytes
+    columns = rows * capacity + (prompts * episode.prompt_tokens if shared else 0)
+    return columns * shape.layers * 2 * shape.kv_dim * item_bytes
 
 
 @dataclass(frozen=True)
@@ -340,9 +350,15 @@ def rollout_parts(
     kv_item = 4 if run.lean else _dtype_bytes(run.decode_dtype)  # lean: fp32 keys, values
     train_rows = -(-s.num_groups * s.group_size // split)
     val_rows = -(-min(t.val_batch_size, t.val_seeds * t.val_group_size) // split)
+    # Lean rollouts hold a prompt once for the rows that start from it (one per env group).
+    train_prompts = -(-s.num_groups // split) if run.lean else 0
+    val_prompts = -(-val_rows // t.val_group_size) if run.lean else 0
     kv, rows, which, episode = max(
-        (kv_cache_bytes(shape, rows, episode, kv_item), rows, which, episode)
-        for rows, episode, which in ((train_rows, train, "training"), (val_rows, val, "validation"))
+        (kv_cache_bytes(shape, rows, episode, kv_item, prompts), rows, which, episode)
+        for rows, episode, which, prompts in (
+            (train_rows, train, "training", train_prompts),
+            (val_rows, val, "validation", val_prompts),
+        )
     )
     parts = {
         f"KV cache ({rows} {which} episodes x {episode.max_length} tokens)": kv,

@@ -23,8 +23,9 @@ pytestmark = pytest.mark.slow  # two short runs of the real default model (~1.5 
 
 OVERRIDES = [
     "rollout.num_groups=4",  # 4 seeds x 8 rollouts; the top half by reward std is kept:
-    "filter.ratio=0.5",  # 16 trajectories, two micro-batches of one group each (the demo's)
+    "filter.ratio=0.5",  # 16 trajectories in one micro-batch, as the demo's 32
     "optim.mini_batch_size=16",
+    "optim.micro_batch_size=16",
     "trainer.total_steps=2",
     "trainer.val_before_train=false",
     "trainer.val_every=0",
