@@ -149,8 +149,8 @@ class KVStore:
         return self.length
 
     def ensure(self, columns: int) -> None:
-        """Room for `columns` columns in all (at least 1.5x growth, in steps of 8: every
-        spare column is held for every row, ~1.5 GB in all at the demo's 128 rows)."""
+        """Room for `columns` columns in all, shared ones included (the per-row buffers
+        grow at least 1.5x, in steps of 8: every spare column is held for every row)."""
         if columns <= self.capacity:
             return
         own = columns - self.shared
@@ -174,7 +174,8 @@ class KVStore:
     def share(self, index: torch.Tensor) -> None:
         """Rows become `index` of the current rows (repeats allowed), which turn into the
         shared blocks: nothing is copied per row. Once per cache (the first turn's
-        prompts); `batch_select_indices` copies instead when there are shared blocks."""
+        prompts); later row selections copy the rows' own buffers and remap
+        `shared_rows`."""
         if self.shared:
             raise ValueError("the cache already has shared blocks")
         self.shared = self.length

@@ -373,14 +373,12 @@ def update_speed(work: float, seconds: float, models: TrainModels) -> dict[str, 
     }
 
 
-def prompt_sort_keys(batch: TrainBatch) -> torch.Tensor:
-    """(B,) CPU keys that order rows by prompt (first appearance), then by group."""
-    groups = batch.group_ids.cpu()
+def prompt_of_rows(batch: TrainBatch) -> torch.Tensor:
+    """(B,) CPU index of each row's prompt, in order of first appearance (`prompt_clusters`)."""
     prompt = torch.zeros(len(batch), dtype=torch.long)
     for index, cluster in enumerate(prompt_clusters(batch)):
         prompt[cluster.rows.cpu()] = index
-    span = int(groups.max()) - int(groups.min()) + 1 if len(batch) else 1
-    return prompt * span + (groups - (int(groups.min()) if len(batch) else 0))
+    return prompt
 
 
 def _trained_parameters(models: TrainModels) -> list[torch.nn.Parameter]:
@@ -424,15 +422,17 @@ def ppo_update(
     sums: dict[str, list[float]] = defaultdict(list)
     skipped, mismatch_of_batch, work = 0, {}, 0.0
     pending = batch.old_logprobs is None  # recomputed old log-probs, left by `prepare`
-    prompt_order = prompt_sort_keys(batch)
+    prompts = prompt_of_rows(batch)
     for epoch in range(opt.ppo_epochs):
         order = torch.randperm(len(batch), generator=generator)
         for start in range(0, len(batch), opt.mini_batch_size):
             rows = order[start : start + opt.mini_batch_size]
-            # Rows sharing a prompt (a group; several groups, where their seeds give the
-            # same prompt) side by side: a micro-batch then encodes each prompt once (the
-            # mini-batch gradient is the same sum).
-            rows = rows[torch.argsort(prompt_order[rows], stable=True)]
+            # Rows sorted by prompt, then group (a group shares a prompt; several groups
+            # do where their seeds give the same one): a micro-batch then encodes each
+            # prompt once (the mini-batch gradient is the same sum). The sort keys come
+            # back to the CPU, where `rows` lives, on any device.
+            rows = rows[torch.argsort(batch.group_ids[rows].cpu(), stable=True)]
+            rows = rows[torch.argsort(prompts[rows], stable=True)]
             mini = batch.select(rows)
             if pending:  # the first mini-batch: the others' old log-probs up front
                 fill_old_logprobs(batch, rows, models, cfg)
