@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from starpo.errors import UserError
+from starpo.runs import read_metrics
 from starpo.trainer import update
 from starpo.trainer.checkpoint import latest_checkpoint, load_checkpoint
 from starpo.trainer.loop import Trainer
 from starpo.trainer.optim import lr_multiplier
-from starpo.trainer.sinks import read_metrics
 
 
 def test_warmup_then_constant():

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from starpo.errors import UserError
+from starpo.runs import read_metrics
 from starpo.trainer.sinks import (
     JsonlSink,
     RunLogger,
@@ -16,7 +17,6 @@ from starpo.trainer.sinks import (
     TensorBoardSink,
     WandbSink,
     format_step_line,
-    read_metrics,
 )
 from starpo.types import Trajectory
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 from run_metrics import comparable
 
+from starpo.runs import read_metrics
 from starpo.trainer.loop import Trainer
-from starpo.trainer.sinks import read_metrics
 
 pytestmark = pytest.mark.slow  # end-to-end Trainer.train() runs
 

@@ -14,10 +14,10 @@ import pytest
 from run_metrics import comparable
 
 from starpo import timing
+from starpo.runs import read_metrics
 from starpo.timing import TRAIN_MINUTES
 from starpo.trainer.checkpoint import latest_checkpoint, load_checkpoint
 from starpo.trainer.loop import Trainer
-from starpo.trainer.sinks import read_metrics
 
 pytestmark = pytest.mark.slow  # end-to-end Trainer.train() runs
 

@@ -11,8 +11,8 @@ from run_metrics import comparable
 
 from starpo.config import load_config
 from starpo.errors import UserError
+from starpo.runs import read_metrics
 from starpo.trainer.loop import Trainer
-from starpo.trainer.sinks import read_metrics
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow  # end-to-end Trainer.train() runs

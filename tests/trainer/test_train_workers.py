@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from starpo.runs import read_metrics
 from starpo.trainer.loop import Trainer
-from starpo.trainer.sinks import read_metrics
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow  # end-to-end Trainer.train() runs

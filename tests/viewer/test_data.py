@@ -16,12 +16,12 @@ from starpo.errors import UserError
 from starpo.types import EnvStep, Episode, Trajectory
 from starpo.viewer import build_viewer, view_main
 from starpo.viewer.data import (
+    chart_points,
+    display_model,
     finite,
     json_for_script,
-    load_run,
     normalise_episode,
     normalise_line,
-    read_metrics,
 )
 from starpo.viewer.html import render_page
 
@@ -105,14 +105,26 @@ def test_normalise_line_rejects_other_objects():
         normalise_line('{"step": 1}')
 
 
-def test_read_metrics_skips_nulls_and_bools(tmp_path):
+def test_chart_points_skip_nulls_and_bools(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1, "a": 0.5, "b": null, "c": true}\n\n{"step": 2, "a": 0.7}\n')
-    assert read_metrics(path) == {"a": [[1, 0.5], [2, 0.7]]}
+    assert chart_points(tmp_path) == {"a": [[1, 0.5], [2, 0.7]]}
+
+
+def test_chart_points_follow_read_metrics_one_point_per_step(tmp_path):
+    # A resume that did not cut the file repeats step 2: the page draws the later value,
+    # as the report does; a line without an integer step is a counted skip, not a point.
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"step": 1, "a": 1.0}\n{"step": 2, "a": 2.0}\n{"step": 2, "a": 5.0}\n'
+        '{"step": 2.5, "a": 9.0}\n{"step": 3, "a": NaN}\n'
+    )
+    warnings: list[str] = []
+    assert chart_points(tmp_path, warnings) == {"a": [[1, 1.0], [2, 5.0]]}
+    assert len(warnings) == 1 and "line 4, an object without an integer 'step'" in warnings[0]
 
 
 def test_load_run_sources_counts_and_cap(run_dir):
-    model = load_run(run_dir, cap=2)
+    model = display_model(run_dir, cap=2)
     labels = [s["label"] for s in model["sources"]]
     assert labels == ["train step 10", "train step 20", "val step 10"]
     first = model["sources"][0]
@@ -124,7 +136,7 @@ def test_load_run_sources_counts_and_cap(run_dir):
 
 
 def test_load_eval_folder(eval_dir):
-    model = load_run(eval_dir)
+    model = display_model(eval_dir)
     (source,) = model["sources"]
     assert source["kind"] == "eval" and source["total"] == 2
     assert [e["policy"] for e in source["episodes"]] == ["random", "llm"]
@@ -135,7 +147,7 @@ def test_load_sft_folder_shows_its_replayed_examples(tmp_path):
     """`starpo sft --out DIR` writes sft_data.jsonl (Trajectory JSON): `starpo view DIR`."""
     example = Trajectory(env_id="sokoban", seed=7, group=0, token_ids=[1, 2], loss_mask=[0, 1])
     (tmp_path / "sft_data.jsonl").write_text(example.to_json() + "\n", encoding="utf-8")
-    (source,) = load_run(tmp_path)["sources"]
+    (source,) = display_model(tmp_path)["sources"]
     assert (source["kind"], source["label"], source["total"]) == ("sft", "sft", 1)
     assert source["episodes"][0]["seed"] == 7
 
@@ -150,12 +162,12 @@ def test_missing_trajectories_is_a_one_line_user_error(tmp_path):
 
 def test_a_missing_folder_is_a_user_error_and_a_bad_line_a_counted_skip(run_dir, tmp_path):
     with pytest.raises(UserError):
-        load_run(tmp_path / "nope")
+        display_model(tmp_path / "nope")
     episode = sorted((run_dir / "trajectories").glob("*.jsonl"))[0].read_text().split("\n")[0]
     folder = tmp_path / "eval"
     folder.mkdir()
     (folder / "trajectories.jsonl").write_text(f"not json\n{episode}\n")
-    loaded = load_run(folder)
+    loaded = display_model(folder)
     assert [w for w in loaded["warnings"] if "trajectories.jsonl: skipped 1 unreadable" in w]
     assert sum(len(source["episodes"]) for source in loaded["sources"]) == 1
 
@@ -220,7 +232,7 @@ def _crash(run_dir):
 
 def test_half_written_last_lines_render_and_are_reported(run_dir, capsys):
     _crash(run_dir)
-    model = load_run(run_dir)
+    model = display_model(run_dir)
     assert len(model["metrics"]["train/bandit/success"]) == 21  # steps 0..20, not 21
     assert [a["step"] for a in model["alerts"]] == [12]
     step20 = next(s for s in model["sources"] if s["label"] == "train step 20")
@@ -235,7 +247,7 @@ def test_half_written_last_lines_render_and_are_reported(run_dir, capsys):
 
 
 def test_clean_folder_has_no_warnings(run_dir, capsys):
-    assert load_run(run_dir)["warnings"] == []
+    assert display_model(run_dir)["warnings"] == []
     build_viewer(run_dir)
     assert capsys.readouterr().err == ""
 
@@ -247,7 +259,7 @@ def test_bad_bytes_in_run_files_are_replaced_and_the_page_still_builds(run_dir):
     first, rest = trajectories.read_bytes().split(b"\n", 1)
     assert b'"play"' in first
     trajectories.write_bytes(first.replace(b'"play"', b'"pl\xffay"', 1) + b"\n" + rest)
-    loaded = load_run(run_dir)  # used to die with a raw UnicodeDecodeError
+    loaded = display_model(run_dir)  # used to die with a raw UnicodeDecodeError
     replaced = [w for w in loaded["warnings"] if "replaced bytes that are not UTF-8" in w]
     assert len(replaced) == 2  # one warning per file: metrics.jsonl and the trajectories
     assert build_viewer(run_dir).is_file()

@@ -197,6 +197,27 @@ def test_broken_line_in_the_middle_is_skipped_with_a_count(tmp_path, capsys):
     assert "first: line 2" in err
 
 
+def test_repeated_step_keeps_its_last_record_and_a_stepless_line_is_skipped(tmp_path):
+    run = tmp_path / "resumed"
+    run.mkdir()
+    _write_jsonl(
+        run / "metrics.jsonl",
+        [
+            {"step": 1, "actor/entropy": 1.0, "timing_s/step": 60.0},
+            {"step": 2, "actor/entropy": 0.9, "timing_s/step": 60.0},
+            {"step": 2, "actor/entropy": 0.5, "timing_s/step": 60.0},  # after a resume
+            {"actor/entropy": 7.0},  # no step: was a UserError, now skipped like a bad line
+            {"step": 3, "actor/entropy": 0.4, "timing_s/step": 60.0},
+        ],
+    )
+    loaded = load_run(run)
+    steps, values = loaded.series["actor/entropy"]
+    assert steps.tolist() == [1, 2, 3] and values.tolist() == [1.0, 0.5, 0.4]
+    assert loaded.minutes[1].tolist() == [1.0, 2.0, 3.0]  # the repeat is not charged twice
+    (warning,) = loaded.warnings
+    assert "line 4, an object without an integer 'step'" in warning
+
+
 def test_half_written_last_line_is_skipped_and_reported(tmp_path, capsys):
     run = _make_run(tmp_path, "crashed", collapse=True)  # metrics.jsonl ends in half a line
     with open(run / "alerts.jsonl", "a", encoding="utf-8") as f:

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from starpo.runs import read_metrics
 from starpo.timing import train_minutes
-from starpo.trainer.sinks import read_metrics
 
 #: The key of the minutes used so far in a checkpoint's `trainer_state`.
 STATE_KEY = "train_minutes"

@@ -29,7 +29,6 @@ __all__ = [
     "TensorBoardSink",
     "WandbSink",
     "format_step_line",
-    "read_metrics",
 ]
 
 WANDB_MODES = ("online", "offline", "disabled")
@@ -270,15 +269,6 @@ class RunLogger:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    """The records of `run_dir/metrics.jsonl` in order ([] when there is none).
-
-    A half-written last line (a run killed mid-write) is skipped; a broken line elsewhere
-    is a UserError (the rule of `starpo.runs.load_jsonl`).
-    """
-    return runs.load_jsonl(RunFolder(run_dir).metrics).records
 
 
 def _format_number(value: Any) -> str:

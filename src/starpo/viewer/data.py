@@ -171,21 +171,17 @@ def _source(
     }
 
 
-def read_metrics(path: Path, warnings: list[str] | None = None) -> dict[str, list[list[float]]]:
-    """metrics.jsonl as {metric: [[step, value], ...]}, skipping nulls and non-numbers."""
-    series: dict[str, list[list[float]]] = {}
-    for row in _load(path, warnings).records:
-        step = row.get("step")
-        if not isinstance(step, (int, float)):
-            continue
-        for key, value in row.items():
-            # bool is an int subclass; a flag is not a curve.
-            if key == "step" or isinstance(value, bool) or not isinstance(value, (int, float)):
-                continue
-            if value != value or value in (float("inf"), float("-inf")):
-                continue  # NaN/inf cannot be plotted; JSON could not carry them either
-            series.setdefault(key, []).append([step, value])
-    return series
+def chart_points(run_dir: Path, warnings: list[str] | None = None) -> dict[str, list[list[float]]]:
+    """The run's metric curves (`runs.read_metrics`, `runs.metric_curves`) as the page's
+    chart points, {metric: [[step, value], ...]}. The page joins every point of a chart
+    into one line, so a curve's gaps (null, NaN, inf) are left out here, and a metric with
+    no finite value gets no chart."""
+    records = runs.read_metrics(run_dir, skip_broken=True, warnings=warnings)
+    points = {
+        key: [[step, value] for step, value in zip(*curve, strict=True) if value == value]
+        for key, curve in runs.metric_curves(records).items()
+    }
+    return {key: pts for key, pts in points.items() if pts}
 
 
 def default_metrics(names: list[str]) -> list[str]:
@@ -205,7 +201,7 @@ def _read_summary(path: Path, warnings: list[str]) -> Any:
         return None
 
 
-def load_run(run_dir: Path, cap: int = MAX_EPISODES_PER_SOURCE) -> dict[str, Any]:
+def display_model(run_dir: Path, cap: int = MAX_EPISODES_PER_SOURCE) -> dict[str, Any]:
     """The whole display model of a training run folder or a `starpo eval` folder.
 
     `warnings` lists the lines skipped on the way (a run killed mid-write), one string
@@ -229,10 +225,10 @@ def load_run(run_dir: Path, cap: int = MAX_EPISODES_PER_SOURCE) -> dict[str, Any
             f"{run_dir}: no trajectory files (expected trajectories/step_*.jsonl, "
             "val_trajectories/step_*.jsonl, trajectories.jsonl or sft_data.jsonl)"
         )
-    metrics = read_metrics(folder.metrics, warnings)
+    metrics = chart_points(run_dir, warnings)
     alerts = [
         {k: row.get(k) for k in ("step", "state", "rule", "message")}
-        for row in _load(folder.alerts, warnings).records
+        for row in runs.read_alerts(run_dir, skip_broken=True, warnings=warnings)
     ]
     return finite(
         {

@@ -20,7 +20,7 @@ from typing import Any
 from starpo.logs import warn
 from starpo.runs import VIEWER_FILE
 from starpo.viewer.assets import CSS, JS
-from starpo.viewer.data import MAX_EPISODES_PER_SOURCE, json_for_script, load_run
+from starpo.viewer.data import MAX_EPISODES_PER_SOURCE, display_model, json_for_script
 
 _BODY = """<header>
 <h1 id="title"></h1>
@@ -76,7 +76,7 @@ def content_security_policy() -> str:
 
 
 def render_page(model: dict[str, Any]) -> str:
-    """The full HTML text of the viewer for a display model from `load_run`."""
+    """The full HTML text of the viewer for a display model from `display_model`."""
     title = html.escape(f"starpo viewer · {model.get('run', '')}")
     return (
         '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
@@ -97,7 +97,7 @@ def build_viewer(
     `warning:` line each, on stderr.
     """
     run_dir = Path(run_dir)
-    model = load_run(run_dir, cap=cap)
+    model = display_model(run_dir, cap=cap)
     for message in model["warnings"]:
         warn(message, "starpo.viewer")
     target = Path(out) if out is not None else run_dir / VIEWER_FILE

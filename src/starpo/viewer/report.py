@@ -27,7 +27,14 @@ from matplotlib.lines import Line2D
 
 from starpo.errors import UserError
 from starpo.logs import warn
-from starpo.runs import ALERTS_FILE, METRICS_FILE, REPORT_DIR, check_writable, load_jsonl
+from starpo.runs import (
+    METRICS_FILE,
+    REPORT_DIR,
+    check_writable,
+    metric_curves,
+    read_alerts,
+    read_metrics,
+)
 from starpo.timing import train_minutes
 
 DPI = 100
@@ -102,48 +109,17 @@ class RunData:
         return np.interp(np.asarray(steps, dtype=float), *self.minutes)
 
 
-def _read_records(path: Path, warnings: list[str]) -> list[dict]:
-    """The step records of `path` by the rule of `starpo.runs.load_jsonl` (a half-written
-    last line is skipped and noted in `warnings`); a record without an integer 'step' is
-    a UserError naming file and line.
-    """
-    read = load_jsonl(path, skip_broken=True)
-    if (message := read.warning()) is not None:
-        warnings.append(message)
-    for number, record in zip(read.numbers, read.records, strict=True):
-        if not isinstance(record.get("step"), int):
-            raise UserError(f"{path}:{number} is not an object with an integer 'step'")
-    return read.records
-
-
-def _as_number(value: object) -> float | None:
-    """A metric value as float (null -> NaN); None for values that are not numbers."""
-    if value is None:
-        return math.nan
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
 def _collect_minutes(records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, cumulative training minutes) in step order; a repeated step keeps its last."""
-    by_step = dict(zip((r["step"] for r in records), train_minutes(records), strict=True))
-    steps = sorted(by_step)
-    return np.array(steps, dtype=float), np.array([by_step[s] for s in steps], dtype=float)
+    """(steps, cumulative training minutes) of `read_metrics`' records (one per step)."""
+    steps = [record["step"] for record in records]
+    return np.array(steps, dtype=float), np.array(train_minutes(records), dtype=float)
 
 
 def _collect_series(records: list[dict]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per-key (steps, values), sorted by step; a repeated step keeps its last record."""
-    by_step = {record["step"]: record for record in records}
-    points: dict[str, list[tuple[int, float]]] = {}
-    for step in sorted(by_step):
-        for key, value in by_step[step].items():
-            number = _as_number(value)
-            if key != "step" and number is not None:
-                points.setdefault(key, []).append((step, number))
+    """Per-key (steps, values) arrays of `metric_curves` (a gap is NaN)."""
     return {
-        key: (np.array([s for s, _ in pts]), np.array([v for _, v in pts], dtype=float))
-        for key, pts in points.items()
+        key: (np.array(steps), np.array(values, dtype=float))
+        for key, (steps, values) in metric_curves(records).items()
     }
 
 
@@ -158,19 +134,18 @@ def load_run(run_dir: Path, name: str | None = None) -> RunData:
             "pass the folder given to `starpo train`"
         )
     run = RunData(name or run_dir.resolve().name, run_dir)
-    records = _read_records(run_dir / METRICS_FILE, run.warnings)
+    records = read_metrics(run_dir, skip_broken=True, warnings=run.warnings)
     run.series, run.minutes = _collect_series(records), _collect_minutes(records)
-    if (run_dir / ALERTS_FILE).is_file():
-        for record in _read_records(run_dir / ALERTS_FILE, run.warnings):
-            severity = str(record.get("severity") or record.get("state") or "warning")
-            run.alerts.append(
-                Alert(
-                    record["step"],
-                    severity,
-                    str(record.get("rule", "")),
-                    str(record.get("message", "")),
-                )
+    for record in read_alerts(run_dir, skip_broken=True, warnings=run.warnings):
+        severity = str(record.get("severity") or record.get("state") or "warning")
+        run.alerts.append(
+            Alert(
+                record["step"],
+                severity,
+                str(record.get("rule", "")),
+                str(record.get("message", "")),
             )
+        )
     return run
 
 
