@@ -12,10 +12,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from starpo import runs
 from starpo.envs import TextEnv, make
 from starpo.envs.policies import Policy, has_solver, make_policy
 from starpo.stats import mean, pass_at_k, ratio, wilson_interval
-from starpo.types import EnvStep, Episode, Trajectory
+from starpo.types import EnvStep, Episode, Record, Trajectory
 
 #: First validation seed; validation seeds are fixed so runs compare on the same states.
 VALIDATION_SEED_START = 123
@@ -77,7 +78,7 @@ def play_episodes(
     )
 
 
-def _action_counts(episode: Episode | Trajectory) -> tuple[int, int, int]:
+def _action_counts(episode: Record) -> tuple[int, int, int]:
     """(valid, invalid, effective) actions of one episode of either kind."""
     if isinstance(episode, Episode):
         steps = episode.steps
@@ -91,7 +92,7 @@ def _action_counts(episode: Episode | Trajectory) -> tuple[int, int, int]:
     )
 
 
-def _pass_at_ks(episodes: Sequence[Episode | Trajectory]) -> dict[str, float]:
+def _pass_at_ks(episodes: Sequence[Record]) -> dict[str, float]:
     """`pass@k` for k = 1, 2, 4, ... up to the fewest samples any seed has, averaged over
     seeds (k = that number too)."""
     by_seed: dict[int, list[bool]] = defaultdict(list)
@@ -124,7 +125,7 @@ def _turn_summary(
 
 
 def summarise(
-    episodes: Sequence[Episode | Trajectory], *, generation_seconds: float | None = None
+    episodes: Sequence[Record], *, generation_seconds: float | None = None
 ) -> dict[str, Any]:
     """The one summary of a set of episodes, a scripted policy's or an LLM's.
 
@@ -167,12 +168,11 @@ def summarise(
     return summary
 
 
-def write_results(
-    out_dir: Path, episodes: Sequence[Episode | Trajectory], summary: dict[str, Any]
-) -> None:
+def write_results(out_dir: Path, episodes: Sequence[Record], summary: dict[str, Any]) -> None:
     """`out_dir/trajectories.jsonl` (one episode a line) and `out_dir/summary.json`."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / "trajectories.jsonl", "w", encoding="utf-8") as f:
+    with open(out_dir / runs.EVAL_TRAJECTORIES_FILE, "w", encoding="utf-8") as f:
         for episode in episodes:
             f.write(episode.to_json() + "\n")
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    summary_text = json.dumps(summary, indent=2) + "\n"
+    (out_dir / runs.SUMMARY_FILE).write_text(summary_text, encoding="utf-8")

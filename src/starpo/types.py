@@ -7,6 +7,7 @@ extends them with tokens and log-probs for training.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -53,11 +54,16 @@ class Episode:
 
     @classmethod
     def from_json(cls, line: str) -> Episode:
-        record: dict[str, Any] = json.loads(line)
-        record.pop("total_reward", None)
-        record.pop("num_actions", None)
-        record["steps"] = [EnvStep(**step) for step in record.get("steps", [])]
-        return cls(**record)
+        return cls.from_dict(json.loads(line))
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> Episode:
+        """The episode of one parsed JSONL object (`record` itself is left as it is)."""
+        fields = dict(record)
+        fields.pop("total_reward", None)
+        fields.pop("num_actions", None)
+        fields["steps"] = [EnvStep(**step) for step in fields.get("steps", [])]
+        return cls(**fields)
 
 
 @dataclass
@@ -132,8 +138,30 @@ class Trajectory:
 
     @classmethod
     def from_json(cls, line: str) -> Trajectory:
-        record: dict[str, Any] = json.loads(line)
+        return cls.from_dict(json.loads(line))
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> Trajectory:
+        """The trajectory of one parsed JSONL object (`record` itself is left as it is)."""
+        fields = dict(record)
         for derived in ("reward", "env_reward", "num_actions"):
-            record.pop(derived, None)
-        record["turns"] = [Turn(**turn) for turn in record.get("turns", [])]
-        return cls(**record)
+            fields.pop(derived, None)
+        fields["turns"] = [Turn(**turn) for turn in fields.get("turns", [])]
+        return cls(**fields)
+
+
+#: What `starpo eval` and `starpo train` write, one a line: a scripted policy's episode or
+#: a model's trajectory.
+Record = Episode | Trajectory
+
+
+def record_from_dict(record: Mapping[str, Any]) -> Record:
+    """One parsed JSONL object as the record it is: a `Trajectory` has 'turns', an
+    `Episode` 'steps' (a record with both is a Trajectory). A ValueError when it has
+    neither; a malformed record of either kind raises TypeError, KeyError or ValueError.
+    """
+    if "turns" in record:
+        return Trajectory.from_dict(record)
+    if "steps" in record:
+        return Episode.from_dict(record)
+    raise ValueError("it has neither 'turns' (a Trajectory) nor 'steps' (an Episode)")

@@ -9,7 +9,6 @@ record is a one-line `UserError` naming file and line.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +18,7 @@ from starpo import runs
 from starpo.errors import UserError
 from starpo.evaluation import VALIDATION_SEED_START, play_episodes
 from starpo.logs import warn
-from starpo.types import Episode, Trajectory
-
-Record = Episode | Trajectory
+from starpo.types import Record, record_from_dict
 
 #: First seed of `--from-solver` data: far above the fixed validation seeds
 #: (VALIDATION_SEED_START, 256 of them, the trainer's `trainer.val_seeds` default) and above
@@ -46,11 +43,8 @@ def validation_seeds() -> range:
 
 def parse_record(record: dict[str, Any], where: str) -> Record:
     """One JSON object as an `Episode` or a `Trajectory`; a UserError naming `where`."""
-    kind = Trajectory if "turns" in record else Episode if "steps" in record else None
     try:
-        if kind is None:
-            raise ValueError("it has neither 'turns' (a Trajectory) nor 'steps' (an Episode)")
-        return kind.from_json(json.dumps(record))
+        return record_from_dict(record)
     except (TypeError, ValueError, KeyError) as exc:
         raise UserError(
             f"{where} is not a trajectory or episode record ({_first_line(exc)}); pass "

@@ -25,9 +25,8 @@ from starpo.rollout.backend import (
     SamplingParams,
 )
 from starpo.rollout.engine import RolloutEngine, RolloutSettings
-from starpo.sft.data import Record
 from starpo.sft.responses import Script, end_of_turn_id, episode_script, trajectory_script
-from starpo.types import Episode, Trajectory
+from starpo.types import Episode, Record, Trajectory
 
 #: Records replayed per engine run (bounds the envs held at once; any size replays alike).
 REPLAY_CHUNK = 256

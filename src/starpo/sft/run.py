@@ -29,13 +29,12 @@ from starpo.rollout.engine import RolloutSettings
 from starpo.sft.data import (
     SOLVER_SEED_START,
     LoadedRecords,
-    Record,
     read_records,
     solver_records,
     warn_validation_seeds,
 )
 from starpo.sft.replay import ReplayResult, replay_records
-from starpo.types import Episode, Trajectory
+from starpo.types import Episode, Record, Trajectory
 
 if TYPE_CHECKING:
     from starpo.sft.options import TrainOptions

@@ -20,7 +20,7 @@ from typing import Any
 
 from starpo import runs
 from starpo.errors import UserError
-from starpo.types import Episode, Trajectory
+from starpo.types import Episode, Trajectory, record_from_dict
 
 # Enough to browse a step; a full page with thousands of long responses gets slow.
 MAX_EPISODES_PER_SOURCE = 200
@@ -109,13 +109,10 @@ def normalise_episode(episode: Episode) -> dict[str, Any]:
 
 def normalise_record(record: dict[str, Any]) -> dict[str, Any]:
     """The display model of one parsed JSONL object (a Trajectory or an Episode)."""
-    # The types parse from a line, not a dict; re-encoding the few hundred records a
-    # page embeds costs little and keeps the schema in one place (starpo.types).
-    if "turns" in record:
-        return normalise_trajectory(Trajectory.from_json(json.dumps(record)))
-    if "steps" in record:
-        return normalise_episode(Episode.from_json(json.dumps(record)))
-    raise ValueError("neither a Trajectory (no 'turns') nor an Episode (no 'steps')")
+    parsed = record_from_dict(record)
+    if isinstance(parsed, Episode):
+        return normalise_episode(parsed)
+    return normalise_trajectory(parsed)
 
 
 def normalise_line(line: str) -> dict[str, Any]:
