@@ -38,8 +38,9 @@ from starpo.rollout.backend import (  # noqa: E402
     Generation,
     GenerationRequest,
     SamplingParams,
+    ends_with_stop,
 )
-from starpo.rollout.hf_backend import HFBackend, ends_with_stop  # noqa: E402
+from starpo.rollout.hf_backend import HFBackend  # noqa: E402
 from starpo.rollout.lean_backend import LeanBackend  # noqa: E402
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from starpo.rollout.backend import GenerationRequest, SamplingParams
-from starpo.rollout.hf_backend import HFBackend, ends_with_stop, sample_tokens
+from starpo.rollout.backend import GenerationRequest, SamplingParams, ends_with_stop, first_stop
+from starpo.rollout.hf_backend import HFBackend, sample_tokens
 
 
 def test_greedy_picks_argmax_and_reports_its_logprob():
@@ -44,6 +44,27 @@ def test_stop_tokens_and_sequences():
     assert ends_with_stop([1, 7, 8], params) == [7, 8]
     assert ends_with_stop([7, 1, 8], params) is None
     assert ends_with_stop([], params) is None
+
+
+def test_the_stop_rule_a_backend_and_the_sft_replay_share():
+    params = SamplingParams(
+        max_new_tokens=9, stop_token_ids=(2, 3), stop_sequences=((), (8,), (7, 8), (1, 7, 8))
+    )
+    # A stop token comes before any sequence; among sequences the first listed wins, and
+    # the empty one never matches.
+    assert ends_with_stop([7, 3], params) == [3]
+    assert ends_with_stop([1, 7, 8], params) == [8]
+    assert ends_with_stop((9, 9), params) is None
+    # `end` reads tokens[:end] without copying it; a sequence longer than that never fits.
+    assert ends_with_stop([5, 2, 9], params, end=2) == [2]
+    assert ends_with_stop([8, 9], params, end=0) is None
+    only_pair = SamplingParams(max_new_tokens=9, stop_sequences=((7, 8),))
+    assert ends_with_stop([8, 7, 8, 1], only_pair, end=1) is None
+    assert ends_with_stop([8, 7, 8, 1], only_pair, end=3) == [7, 8]
+    # first_stop: where sampling these tokens in order would end, the stop included.
+    assert first_stop([5, 7, 8, 2, 8], only_pair) == (3, [7, 8])
+    assert first_stop([5, 7, 2, 8], params) == (3, [2])
+    assert first_stop([5, 6], params) is None and first_stop([], params) is None
 
 
 def test_generation_stops_at_stop_tokens_and_budget(tiny):

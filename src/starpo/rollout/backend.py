@@ -7,7 +7,7 @@ calls ("sessions": the KV cache), so each turn only sends the new observation to
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -21,6 +21,39 @@ class SamplingParams:
     top_p: float = 1.0
     stop_token_ids: tuple[int, ...] = ()  # e.g. <|im_end|>; the stop token is kept
     stop_sequences: tuple[tuple[int, ...], ...] = ()  # e.g. the tokens of "</answer>"
+
+
+def ends_with_stop(
+    tokens: Sequence[int], params: SamplingParams, end: int | None = None
+) -> list[int] | None:
+    """The stop that `tokens[:end]` (all of `tokens` by default) ends with, or None.
+
+    The one stop rule: a backend checks it after each sampled token and stops at the
+    first hit, keeping the stop. The last token in `stop_token_ids` is the stop, else the
+    first of `stop_sequences` the tokens end with (an empty sequence never matches).
+    `end` spares callers that scan a long list (`first_stop`) a copy per position.
+    """
+    end = len(tokens) if end is None else end
+    if end and tokens[end - 1] in params.stop_token_ids:
+        return [tokens[end - 1]]
+    for sequence in params.stop_sequences:
+        if (
+            sequence
+            and end >= len(sequence)
+            and tuple(tokens[end - len(sequence) : end]) == tuple(sequence)
+        ):
+            return list(sequence)
+    return None
+
+
+def first_stop(tokens: Sequence[int], params: SamplingParams) -> tuple[int, list[int]] | None:
+    """(length up to and including the first stop, its stop ids) of `tokens`, where a
+    backend sampling them in order would stop (`ends_with_stop`); None if it would not."""
+    for end in range(1, len(tokens) + 1):
+        stop = ends_with_stop(tokens, params, end)
+        if stop is not None:
+            return end, stop
+    return None
 
 
 @dataclass

@@ -23,6 +23,7 @@ from starpo.rollout.backend import (
     Generation,
     GenerationRequest,
     SamplingParams,
+    ends_with_stop,
 )
 
 
@@ -79,16 +80,6 @@ def common_prefix_length(sequences: list[list[int]]) -> int:
     after it (the last token's logits are read)."""
     shortest = min(len(s) for s in sequences)
     return min(len(os.path.commonprefix(sequences)), shortest - 1)
-
-
-def ends_with_stop(tokens: list[int], params: SamplingParams) -> list[int] | None:
-    """The stop token or sequence `tokens` ends with, or None."""
-    if tokens and tokens[-1] in params.stop_token_ids:
-        return tokens[-1:]
-    for sequence in params.stop_sequences:
-        if sequence and tokens[-len(sequence) :] == list(sequence):
-            return list(sequence)
-    return None
 
 
 class HFBackend:

@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from starpo.envs import make
+from starpo.envs.policies import has_rationale
 from starpo.errors import UserError
 from starpo.rollout.backend import (
     BackendNumerics,
     Generation,
     GenerationRequest,
     SamplingParams,
+    first_stop,
 )
 from starpo.rollout.engine import RolloutEngine, RolloutSettings
 from starpo.sft.responses import Script, end_of_turn_id, episode_script, trajectory_script
@@ -30,22 +32,6 @@ from starpo.types import Episode, Record, Trajectory
 
 #: Records replayed per engine run (bounds the envs held at once; any size replays alike).
 REPLAY_CHUNK = 256
-
-
-def first_stop(tokens: Sequence[int], params: SamplingParams) -> tuple[int, list[int]] | None:
-    """(length up to and including the first stop, its stop ids) of `tokens` as a backend
-    checks them after every token: a stop token, else a stop sequence; None if none."""
-    for end in range(1, len(tokens) + 1):
-        if tokens[end - 1] in params.stop_token_ids:
-            return end, [tokens[end - 1]]
-        for sequence in params.stop_sequences:
-            if (
-                sequence
-                and end >= len(sequence)
-                and tuple(tokens[end - len(sequence) : end]) == (tuple(sequence))
-            ):
-                return end, list(sequence)
-    return None
 
 
 def cut_generation(tokens: list[int], params: SamplingParams) -> tuple[Generation, str | None]:
@@ -149,22 +135,13 @@ class ReplayResult:
     skipped: Counter[str] = field(default_factory=Counter)
 
 
-def _has_rationale(env: Any) -> bool:
-    """`starpo.envs.policies.has_rationale`, or an `explain` method where that is missing."""
-    try:
-        from starpo.envs.policies import has_rationale
-    except ImportError:  # an older starpo.envs: any explain() will do
-        return callable(getattr(env, "explain", None))
-    return has_rationale(env)
-
-
 def check_rationales(records: Sequence[Record], settings: RolloutSettings, env_kwargs) -> None:
     """With think on, scripted episodes need their env's rationales: a UserError if an env
     of theirs has none."""
     if not settings.think:
         return
     for env_id in sorted({r.env_id for r in records if isinstance(r, Episode)}):
-        if not _has_rationale(make(env_id, **env_kwargs)):
+        if not has_rationale(make(env_id, **env_kwargs)):
             raise UserError(
                 f"env {env_id!r} gives no rationale for its moves (TextEnv.explain), which "
                 f"the <think> block of solver data needs; pass --no-think (answers without "
