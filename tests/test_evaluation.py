@@ -49,3 +49,25 @@ def test_episode_json_round_trip_and_summary():
 def test_unknown_policy_is_a_user_error():
     with pytest.raises(UserError, match="random, solver"):
         make_policy("greedy")
+
+
+def test_the_validation_seeds_have_one_owner():
+    """`starpo eval`, the trainer's validation and SFT's guard read one pair of defaults."""
+    import inspect
+
+    from starpo.cli import build_parser
+    from starpo.config import TrainerConfig
+    from starpo.defaults import VALIDATION_SEED_START, VALIDATION_SEEDS
+    from starpo.evaluation import play_episodes
+    from starpo.sft.data import validation_seeds
+
+    assert (VALIDATION_SEED_START, VALIDATION_SEEDS) == (123, 256)
+    args = build_parser().parse_args(
+        ["eval", "--env", "bandit", "--policy", "random", "--out", "x"]
+    )
+    assert args.seed_start == VALIDATION_SEED_START
+    trainer = TrainerConfig()
+    assert (trainer.val_seed_start, trainer.val_seeds) == (VALIDATION_SEED_START, VALIDATION_SEEDS)
+    default = inspect.signature(play_episodes).parameters["seed_start"].default
+    assert default == VALIDATION_SEED_START
+    assert validation_seeds() == range(VALIDATION_SEED_START, VALIDATION_SEED_START + 256)

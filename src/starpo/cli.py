@@ -422,6 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help=env_arg_help)
     p.set_defaults(func=cmd_play)
 
+    from starpo.defaults import VALIDATION_SEED_START
+
     p = sub.add_parser("eval", help="evaluate a policy on fixed validation seeds")
     p.add_argument("--env", required=True, help="a registered env id (see `starpo envs`)")
     p.add_argument(
@@ -437,8 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--seed-start",
         type=int,
-        default=123,
-        help="first validation seed; episode i uses seed-start + i (default 123)",
+        default=VALIDATION_SEED_START,
+        help="first validation seed; episode i uses seed-start + i (default %(default)s)",
     )
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help=env_arg_help)
     p.add_argument("--quiet", action="store_true", help="no progress bar")

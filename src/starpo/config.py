@@ -29,7 +29,7 @@ from starpo.config_fields import config_field as _f
 from starpo.config_fields import config_section as _section
 from starpo.config_fields import field_rules as field_rules  # re-exported: public API
 from starpo.config_fields import yaml_text as yaml_text  # re-exported: public API
-from starpo.defaults import DEFAULT_MODEL
+from starpo.defaults import DEFAULT_MODEL, VALIDATION_SEED_START, VALIDATION_SEEDS
 from starpo.diagnostics.settings import DiagnosticsConfig
 from starpo.errors import UserError
 from starpo.registry import (
@@ -333,8 +333,8 @@ class TrainerConfig(ConfigSection):
         example=30,
     )
     val_every: int = _f(10, "Validate every N steps; 0 = never.", ge=0)
-    val_seeds: int = _f(256, "Number of fixed validation seeds.", ge=1)
-    val_seed_start: int = _f(123, "First validation seed.", ge=0)
+    val_seeds: int = _f(VALIDATION_SEEDS, "Number of fixed validation seeds.", ge=1)
+    val_seed_start: int = _f(VALIDATION_SEED_START, "First validation seed.", ge=0)
     val_temperature: float = _f(0.5, "Validation sampling temperature (0 = greedy).", ge=0.0)
     val_group_size: int = _f(1, "Validation episodes per seed (pass@k up to this).", ge=1)
     val_before_train: bool = _f(True, "Validate once before the first step.")

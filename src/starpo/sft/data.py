@@ -15,17 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from starpo import runs
+from starpo.defaults import VALIDATION_SEED_START, VALIDATION_SEEDS
 from starpo.errors import UserError
-from starpo.evaluation import VALIDATION_SEED_START, play_episodes
+from starpo.evaluation import play_episodes
 from starpo.logs import warn
 from starpo.types import Record, record_from_dict
 
 #: First seed of `--from-solver` data: far above the fixed validation seeds
-#: (VALIDATION_SEED_START, 256 of them, the trainer's `trainer.val_seeds` default) and above
+#: (VALIDATION_SEED_START, VALIDATION_SEEDS of them: the trainer's defaults) and above
 #: the RL run's own training seeds (`rollout.train_seed_start` = 10000, 8 a step), so SFT
 #: never trains on a state that validation or the first RL steps play.
 SOLVER_SEED_START = 100_000
-VALIDATION_SEEDS = 256
 
 
 @dataclass
