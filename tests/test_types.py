@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from starpo.types import EnvStep, Episode, Trajectory, Turn, record_from_dict
+from starpo.types import EnvStep, Episode, Trajectory, Turn, by_group, record_from_dict
 
 TURN = Turn("s", "<answer>Up</answer>", "", ["Up"], ["Up"], True, 1.0, 1.0)
 
@@ -33,3 +33,11 @@ def test_neither_kind_is_a_value_error_and_the_input_is_left_alone():
     before = json.dumps(record)
     record_from_dict(record)
     assert json.dumps(record) == before  # derived keys and turn dicts still there
+
+
+def test_by_group_buckets_in_group_order_keeping_input_order():
+    trajs = [Trajectory(env_id="e", seed=s, group=g) for s, g in [(0, 2), (1, 0), (2, 2), (3, 1)]]
+    groups = by_group(trajs)
+    assert list(groups) == [0, 1, 2]
+    assert [[t.seed for t in bucket] for bucket in groups.values()] == [[1], [3], [0, 2]]
+    assert by_group([]) == {}

@@ -7,7 +7,7 @@ extends them with tokens and log-probs for training.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -148,6 +148,16 @@ class Trajectory:
             fields.pop(derived, None)
         fields["turns"] = [Turn(**turn) for turn in fields.get("turns", [])]
         return cls(**fields)
+
+
+def by_group(trajectories: Iterable[Trajectory]) -> dict[int, list[Trajectory]]:
+    """Trajectories bucketed by `Trajectory.group` (the rollouts of one initial state), in
+    ascending group id order, each bucket in input order: the one grouping that the
+    StarPO-S filter, its in-group reward std and the Echo-Trap diagnostics share."""
+    groups: dict[int, list[Trajectory]] = {}
+    for traj in trajectories:
+        groups.setdefault(traj.group, []).append(traj)
+    return {group: groups[group] for group in sorted(groups)}
 
 
 #: What `starpo eval` and `starpo train` write, one a line: a scripted policy's episode or

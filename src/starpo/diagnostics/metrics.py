@@ -20,17 +20,9 @@ from collections import Counter, OrderedDict
 from collections.abc import Container, Iterable, Iterator
 
 from starpo.stats import mean, ratio
-from starpo.types import Trajectory, Turn
+from starpo.types import Trajectory, Turn, by_group
 
 PREFIX = "diagnostics"
-
-
-def group_by_id(trajectories: list[Trajectory]) -> list[list[Trajectory]]:
-    """Trajectories bucketed by `Trajectory.group`, buckets in ascending group id order."""
-    groups: dict[int, list[Trajectory]] = {}
-    for traj in trajectories:
-        groups.setdefault(traj.group, []).append(traj)
-    return [groups[g] for g in sorted(groups)]
 
 
 def ngrams(words: list[str], n: int) -> list[tuple[str, ...]]:
@@ -111,7 +103,7 @@ def echo_trap_metrics(
     """
     if not trajectories:
         return {}
-    groups = group_by_id(trajectories)
+    groups = list(by_group(trajectories).values())
     out = empty_think_metrics(_turns(trajectories))
     out.update(diversity_metrics(groups, previous_responses))
     return out

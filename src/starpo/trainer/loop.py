@@ -52,7 +52,7 @@ from starpo.trainer.update import (
     prepare,
     update_speed,
 )
-from starpo.types import Trajectory
+from starpo.types import Trajectory, by_group
 
 log = console_logger("starpo.trainer")
 
@@ -69,11 +69,8 @@ def rollout_metrics(prefix: str, result: ModelEvalResult) -> dict[str, float]:
 
 
 def group_rewards(trajectories: list[Trajectory]) -> list[list[float]]:
-    """Training rewards per env group, in group order."""
-    groups: dict[int, list[float]] = {}
-    for t in trajectories:
-        groups.setdefault(t.group, []).append(t.reward)
-    return [groups[g] for g in sorted(groups)]
+    """Training rewards per env group, in group order (`by_group`)."""
+    return [[t.reward for t in group] for group in by_group(trajectories).values()]
 
 
 def check_env_errors(trajectories: list[Trajectory], max_share: float, step: int) -> int:
@@ -384,7 +381,7 @@ class Trainer:
         metrics["rollout/in_group_std"] = result.std_all
         metrics["rollout/kept_in_group_std"] = result.std_kept
         metrics["rollout/zero_std_groups"] = result.zero_std_groups
-        groups = sorted({t.group for t in usable})  # filter_groups counts in this order
+        groups = list(by_group(usable))  # group_rewards' order, the one filter_groups counts in
         kept = {groups[i] for i in result.kept}
         chosen = [t for t in usable if t.group in kept]
         metrics["rollout/kept_trajectories"] = len(chosen)
