@@ -216,8 +216,9 @@ class AlertLog:
         )
 
     def read(self) -> list[dict[str, Any]]:
-        """All logged alerts, oldest first ([] when the file does not exist)."""
-        return runs.load_jsonl(self.path).records
+        """All logged alerts, oldest first ([] when the file does not exist), read as
+        `runs.read_alerts` reads them (a line without an integer 'step' is broken)."""
+        return runs.load_step_records(self.path).records
 
     def truncate_after(self, step: int) -> None:
         """Drop alerts of steps > `step` (resuming from a checkpoint taken at `step`);
