@@ -60,7 +60,7 @@ from starpo.rollout import RolloutEngine  # noqa: E402
 from starpo.rollout.backend import Generation  # noqa: E402
 from starpo.rollout.chat import ChatTokens  # noqa: E402
 from starpo.rollout.prompts import SYSTEM_PROMPT  # noqa: E402
-from starpo.trainer import flops, update  # noqa: E402
+from starpo.trainer import flops, prepare, update  # noqa: E402
 from starpo.trainer.batch import TrainBatch, build_batch  # noqa: E402
 from starpo.trainer.models import build_models  # noqa: E402
 from starpo.trainer.optim import build_optimizers  # noqa: E402
@@ -255,7 +255,7 @@ def run_case(case: Case, model, tokenizer, dtype: str, args, extra: Sequence[str
     cfg, models, optimizers, template, trajectories = built
     counter, watch = FlopCounter(), Stopwatch()
     originals = (update.policy_logprobs, update.accumulate_gradients, optimizers.step)
-    update.policy_logprobs = counting(counter, originals[0])
+    update.policy_logprobs = prepare.policy_logprobs = counting(counter, originals[0])
     update.accumulate_gradients = watch.wrap("forward+backward", originals[1])
     optimizers.step = watch.wrap("optimizer step", originals[2])
     runs = []
@@ -263,7 +263,7 @@ def run_case(case: Case, model, tokenizer, dtype: str, args, extra: Sequence[str
         for repeat in range(args.repeats + 1):  # the first is a warm-up
             batch = fresh_batch(template)
             start = time.perf_counter()
-            update.prepare(batch, models, cfg, recompute_old_logprobs=args.recompute)
+            prepare.prepare(batch, models, cfg, recompute_old_logprobs=args.recompute)
             prepared = time.perf_counter()
             counter.reset()
             watch.seconds.clear()
@@ -273,6 +273,7 @@ def run_case(case: Case, model, tokenizer, dtype: str, args, extra: Sequence[str
                 runs.append((done - prepared, prepared - start, dict(watch.seconds)))
     finally:
         update.policy_logprobs, update.accumulate_gradients = originals[:2]
+        prepare.policy_logprobs = originals[0]
         del optimizers.step  # the instance attribute: the class's method again
     seconds, prepare_s, parts = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
     params = sum(p.numel() for p in model.parameters())
@@ -332,7 +333,7 @@ def profile_case(case: Case, model, tokenizer, dtype: str, args) -> None:
     cfg, models, optimizers, template, _ = build_case(case, model, tokenizer, dtype, args.set)
     for warm in (True, False):
         batch = fresh_batch(template)
-        update.prepare(batch, models, cfg, recompute_old_logprobs=args.recompute)
+        prepare.prepare(batch, models, cfg, recompute_old_logprobs=args.recompute)
         generator = torch.Generator().manual_seed(0)
         if warm:
             update.ppo_update(batch, models, optimizers, cfg, generator)

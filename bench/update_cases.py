@@ -20,7 +20,7 @@ from starpo.envs import make
 from starpo.rollout import RolloutEngine, prompts
 from starpo.sft.replay import ReplayBackend
 from starpo.sft.responses import end_of_turn_id, response_tokens, solver_turn_text
-from starpo.trainer import forward, update
+from starpo.trainer import forward, prepare
 from starpo.trainer.batch import TrainBatch
 from starpo.types import Trajectory
 
@@ -110,7 +110,7 @@ def recompute_seconds(template: TrainBatch, models, cfg) -> float:
     run it when it cannot be left to the update's own forward."""
     start = time.perf_counter()
     with torch.no_grad():
-        update.recomputed_logprobs(template, models, cfg)
+        prepare.recomputed_logprobs(template, models, cfg)
     return time.perf_counter() - start
 
 

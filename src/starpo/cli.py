@@ -11,39 +11,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from starpo.cli_args import (
+    MAX_EPISODES,
+    check_seed,
+    flag_name,
+    parse_env_args,
+    setting_flag_kind,
+)
 from starpo.errors import UserError
 from starpo.registry import GENERATION_BACKENDS
-
-#: The most episodes one `starpo eval` plays: it keeps them all in memory and writes them.
-MAX_EPISODES = 1_000_000
-
-
-def _parse_env_args(pairs: list[str]) -> dict[str, Any]:
-    """`--env-arg size=6 --env-arg p_frozen=0.9` -> {"size": 6, "p_frozen": 0.9} (YAML values)."""
-    import yaml
-
-    kwargs: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UserError(f"--env-arg {pair!r} must look like KEY=VALUE, e.g. --env-arg size=6")
-        try:
-            parsed = yaml.safe_load(value) if value else ""
-        except yaml.YAMLError as exc:
-            problem = getattr(exc, "problem", None) or type(exc).__name__
-            raise UserError(
-                f"--env-arg {pair!r}: {value!r} is not a YAML value ({problem}); quote it or "
-                "fix it, e.g. --env-arg dim_room=[6,6]"
-            ) from None
-        kwargs[key] = tuple(parsed) if isinstance(parsed, list) else parsed
-    return kwargs
-
-
-def check_seed(flag: str, seed: int | None) -> None:
-    """A seed flag's value (None: a random seed); numpy takes no negative seed and torch
-    none of 2**64 or more."""
-    if seed is not None and not 0 <= seed < 2**63:
-        raise UserError(f"{flag} must be between 0 and {2**63 - 1}, got {seed}")
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
@@ -60,7 +36,7 @@ def cmd_check_env(args: argparse.Namespace) -> int:
     from starpo.envs import check_env, make
     from starpo.envs.checker import EnvCheckError
 
-    env = make(args.env_id, **_parse_env_args(args.env_arg))
+    env = make(args.env_id, **parse_env_args(args.env_arg))
     try:
         passed = check_env(env)
     except EnvCheckError as exc:
@@ -77,7 +53,7 @@ def cmd_play(args: argparse.Namespace) -> int:
     from starpo.play import play_interactive
 
     check_seed("--seed", args.seed)
-    env = make(args.env_id, **_parse_env_args(args.env_arg))
+    env = make(args.env_id, **parse_env_args(args.env_arg))
     return play_interactive(env, seed=args.seed)
 
 
@@ -88,7 +64,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not 1 <= args.episodes <= MAX_EPISODES:
         raise UserError(f"--episodes must be between 1 and {MAX_EPISODES}, got {args.episodes}")
     check_seed("--seed-start", args.seed_start)
-    env_kwargs = _parse_env_args(args.env_arg)
+    env_kwargs = parse_env_args(args.env_arg)
     if args.policy == "model":
         return _eval_model(args, env_kwargs)
     episodes_iter = play_episodes(
@@ -115,10 +91,6 @@ def _progress(iterable: Any, args: argparse.Namespace, total: int) -> Any:
     return tqdm(iterable, total=total, desc=f"eval {args.env}", unit="ep", disable=args.quiet)
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
 def _rollout_settings_from_args(args: argparse.Namespace) -> Any:
     """The `RolloutSettings` of `--policy model`: each setting from its flag (the others at
     their defaults), checked by the settings' own bounds; an error names the flag."""
@@ -129,7 +101,7 @@ def _rollout_settings_from_args(args: argparse.Namespace) -> Any:
 
     for name in ("samples_per_seed", "batch_size"):  # eval's own, not per-episode settings
         if getattr(args, name) < 1:
-            raise UserError(f"{_flag(name)} must be >= 1, got {getattr(args, name)}")
+            raise UserError(f"{flag_name(name)} must be >= 1, got {getattr(args, name)}")
     if args.episodes * args.samples_per_seed > MAX_EPISODES:
         raise UserError(
             f"--episodes x --samples-per-seed is {args.episodes * args.samples_per_seed} "
@@ -138,7 +110,7 @@ def _rollout_settings_from_args(args: argparse.Namespace) -> Any:
     values = {f.name: getattr(args, f.name) for f in fields(RolloutSettings) if f.name in args}
     if values.get("max_new_tokens") is None:  # not given: the think mode decides
         values["max_new_tokens"] = default_max_new_tokens(values["think"])
-    check_settings(values, spell=_flag)
+    check_settings(values, spell=flag_name)
     return RolloutSettings(**values)
 
 
@@ -294,16 +266,13 @@ def _add_settings_flags(group: Any, defaults: dict[str, Any]) -> None:
 
     for f in fields(RolloutSettings):
         default = defaults.get(f.name, f.default)
-        if isinstance(f.default, bool):  # --think / --no-think
-            kind: dict[str, Any] = {"action": argparse.BooleanOptionalAction}
-        else:
-            kind = {"type": type(f.default)}
+        kind = setting_flag_kind(f.default)
         shown = default
         if f.name == "max_new_tokens" and default is None:  # see _rollout_settings_from_args
             shown = f"{default_max_new_tokens(True)} with --think, else "
             shown += str(default_max_new_tokens(False))
         help_text = f"{f.metadata['help']} (default {shown})".replace("%", "%%")
-        group.add_argument(_flag(f.name), default=default, help=help_text, **kind)
+        group.add_argument(flag_name(f.name), default=default, help=help_text, **kind)
 
 
 def start_or_resume(out: Path, mode: str | None, overwrite: bool) -> tuple[bool, str | None]:

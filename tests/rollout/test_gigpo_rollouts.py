@@ -17,7 +17,7 @@ from starpo.config import load_config
 from starpo.models import load_tokenizer
 from starpo.rollout.engine import RolloutEngine, RolloutSettings
 from starpo.trainer.batch import build_batch
-from starpo.trainer.update import prepare
+from starpo.trainer.prepare import prepare
 
 # Level 10003 with one action a turn: sessions 0 and 1 share their first two moves, then
 # part; session 2 starts differently and comes back (Up, Down) to the start state.

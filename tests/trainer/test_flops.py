@@ -18,7 +18,7 @@ from test_update_speed import GROUP_SIZE, config, grouped_batch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from starpo.models import tiny_random_model
-from starpo.trainer import flops, forward, update
+from starpo.trainer import flops, forward, prepare, update
 from starpo.trainer.batch import TrainBatch
 from starpo.trainer.models import build_models
 from starpo.trainer.optim import build_optimizers
@@ -134,7 +134,7 @@ def test_the_update_reports_the_flops_of_its_passes(model):
     models = build_models(cfg, model, None)
     optimizers = build_optimizers(cfg, models.actor, models.critic)
     batch = grouped_batch()
-    update.prepare(batch, models, cfg, recompute_old_logprobs=False)
+    prepare.prepare(batch, models, cfg, recompute_old_logprobs=False)
     generator = torch.Generator().manual_seed(0)
     metrics = update.ppo_update(batch, models, optimizers, cfg, generator)
     micros = [batch.select(torch.arange(g * 4, g * 4 + 4)) for g in range(2)]

@@ -10,7 +10,7 @@ from starpo.algorithms import AGGREGATIONS
 from starpo.config import load_config
 from starpo.models import tiny_random_model
 from starpo.models.precision import Precision
-from starpo.trainer import update
+from starpo.trainer import prepare, update
 from starpo.trainer.batch import TrainBatch
 from starpo.trainer.forward import policy_logprobs
 from starpo.trainer.models import build_models
@@ -67,7 +67,7 @@ def prepared(cfg, models, batch: TrainBatch) -> TrainBatch:
     """Old log-probs from the model itself (ratio 1 at the start), then advantages."""
     with torch.no_grad():
         batch.old_logprobs = policy_logprobs(models.actor, batch, 1.0, False)[0]
-    update.prepare(batch, models, cfg, recompute_old_logprobs=False)
+    prepare.prepare(batch, models, cfg, recompute_old_logprobs=False)
     return batch
 
 

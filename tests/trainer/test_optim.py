@@ -10,7 +10,7 @@ import torch
 
 from starpo.errors import UserError
 from starpo.runs import read_metrics
-from starpo.trainer import update
+from starpo.trainer import prepare
 from starpo.trainer.checkpoint import latest_checkpoint, load_checkpoint
 from starpo.trainer.loop import Trainer
 from starpo.trainer.optim import lr_multiplier
@@ -80,7 +80,7 @@ def test_schedule_is_logged_and_resume_continues_it(
 def _poison_steps(monkeypatch, steps: set[int]) -> None:
     """NaN advantages at the given training steps (an injected numerical fault); the
     advantages are computed once per step."""
-    real, calls = update.compute_advantages, []
+    real, calls = prepare.compute_advantages, []
 
     def poisoned(*args, **kwargs):
         advantages, returns = real(*args, **kwargs)
@@ -89,7 +89,7 @@ def _poison_steps(monkeypatch, steps: set[int]) -> None:
             advantages = advantages + float("nan")
         return advantages, returns
 
-    monkeypatch.setattr(update, "compute_advantages", poisoned)
+    monkeypatch.setattr(prepare, "compute_advantages", poisoned)
 
 
 def _spy_on_steps(trainer: Trainer) -> dict[int, tuple]:

@@ -8,7 +8,7 @@ import torch
 
 from starpo.config import load_config
 from starpo.models import tiny_random_model
-from starpo.trainer import update
+from starpo.trainer import prepare, update
 from starpo.trainer.batch import TrainBatch
 from starpo.trainer.models import build_models
 from starpo.trainer.optim import build_optimizers, fused_adamw_supported
@@ -75,12 +75,12 @@ def run_update(cfg, shortcut: bool):
     models = build_models(cfg, model, tokenizer)
     optimizers = build_optimizers(cfg, models.actor, models.critic)
     batch = grouped_batch()
-    update.prepare(batch, models, cfg, recompute_old_logprobs=True)
+    prepare.prepare(batch, models, cfg, recompute_old_logprobs=True)
     before = {}
     if not shortcut:
         assert batch.old_logprobs is None  # left to ppo_update
-        batch.old_logprobs = update.recomputed_logprobs(batch, models, cfg)
-        before = update.logprob_mismatch(
+        batch.old_logprobs = prepare.recomputed_logprobs(batch, models, cfg)
+        before = prepare.logprob_mismatch(
             batch.old_logprobs, batch.rollout_logprobs, batch.loss_mask
         )
     metrics = update.ppo_update(batch, models, optimizers, cfg, torch.Generator().manual_seed(7))
@@ -118,6 +118,7 @@ def test_one_mini_batch_needs_no_recompute_forward(monkeypatch):
         return policy_logprobs(model, batch, *args, **kwargs)
 
     monkeypatch.setattr(update, "policy_logprobs", counted)
+    monkeypatch.setattr(prepare, "policy_logprobs", counted)
     metrics, old, _ = run_update(cfg, shortcut=True)
     assert calls == [True, True]  # two training micro-batches, no no-grad forward
     assert bool((old != 0).any()) and metrics["rollout/logprob_diff_max"] > 0.1
@@ -134,6 +135,7 @@ def test_later_mini_batches_are_recomputed_up_front(monkeypatch):
         return policy_logprobs(model, batch, *args, **kwargs)
 
     monkeypatch.setattr(update, "policy_logprobs", counted)
+    monkeypatch.setattr(prepare, "policy_logprobs", counted)
     run_update(cfg, shortcut=True)
     recomputed = sum(rows for grad, rows in calls if not grad)
     assert recomputed == 4  # the 4 rows outside the first mini-batch, once
@@ -146,7 +148,7 @@ def first_mini_batch_gradients(micro: int):
     model, tokenizer = tiny_random_model(seed=3)
     models = build_models(cfg, model, tokenizer)
     batch = grouped_batch()
-    update.prepare(batch, models, cfg, recompute_old_logprobs=True)
+    prepare.prepare(batch, models, cfg, recompute_old_logprobs=True)
     metrics, finite = update.accumulate_gradients(batch, models, cfg)
     grads = {n: p.grad for n, p in models.actor.named_parameters() if p.grad is not None}
     return grads, batch.old_logprobs, metrics, finite
@@ -171,7 +173,7 @@ def test_a_kl_penalty_in_the_reward_recomputes_before_the_update():
     model, tokenizer = tiny_random_model(seed=3)
     models = build_models(cfg, model, tokenizer)
     batch = grouped_batch()
-    metrics = update.prepare(batch, models, cfg, recompute_old_logprobs=True)
+    metrics = prepare.prepare(batch, models, cfg, recompute_old_logprobs=True)
     assert batch.old_logprobs is not None and "rollout/logprob_diff_mean" in metrics
 
 
@@ -230,7 +232,7 @@ def test_the_aggregated_advantage_shows_the_length_bias_of_token_mean():
     for agg in ("token_mean", "seq_mean_token_mean"):
         cfg = config(mini=8, micro=4, **{"algorithm.loss_agg": agg})
         models = build_models(cfg, model, None)
-        got[agg] = update.prepare(grouped_batch(), models, cfg, recompute_old_logprobs=True)
+        got[agg] = prepare.prepare(grouped_batch(), models, cfg, recompute_old_logprobs=True)
     token = got["token_mean"]
     assert token["actor/advantage_aggregated"] == pytest.approx(token["actor/advantage_mean"])
     assert abs(token["actor/advantage_aggregated"]) > 1e-3  # rows differ in length

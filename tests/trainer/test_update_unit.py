@@ -9,13 +9,8 @@ import torch
 from starpo.algorithms import masked_mean
 from starpo.errors import UserError
 from starpo.trainer.batch import TrainBatch
-from starpo.trainer.update import (
-    NonFiniteUpdates,
-    SkipCounter,
-    _merge,
-    logprob_mismatch,
-    map_rows,
-)
+from starpo.trainer.prepare import logprob_mismatch, map_rows
+from starpo.trainer.update import NonFiniteUpdates, SkipCounter, _merge
 
 LENGTHS = [2, 3, 6, 4, 5]  # real tokens per row; the batch is padded to 6
 

@@ -34,7 +34,8 @@ COLLECTIVE_TIMEOUT = timedelta(seconds=120)
 
 
 class GradientSync:
-    """This learner's share of the work and the collectives that merge the shares."""
+    """This learner's share of the work and the collectives that merge the shares: the
+    `starpo.trainer.update.DataParallel` interface over torch.distributed (gloo)."""
 
     def __init__(self, rank: int, world: int) -> None:
         self.rank, self.world = rank, world

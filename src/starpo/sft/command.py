@@ -13,6 +13,13 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from starpo.cli_args import (
+    MAX_EPISODES,
+    check_seed,
+    flag_name,
+    parse_env_args,
+    setting_flag_kind,
+)
 from starpo.errors import UserError
 
 #: The per-episode settings that shape an SFT example (the others, sampling and reward
@@ -37,10 +44,6 @@ rollout; the loss is the NLL of the agent's tokens. A solver turn reads
 "<answer> A1 || A2 </answer>"). Writes a Hugging Face model folder (usable as
 `starpo train model.name=OUT` and `starpo eval --model OUT`), sft_summary.json and the
 replayed examples, sft_data.jsonl."""
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
 
 
 def add_sft_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -120,7 +123,7 @@ def add_sft_parser(subparsers: Any) -> argparse.ArgumentParser:
         if name in choices:
             kind["choices"] = list(choices[name])
         t.add_argument(
-            _flag(name), default=default, help=f"{help_text} (default {default})", **kind
+            flag_name(name), default=default, help=f"{help_text} (default {default})", **kind
         )
     p.set_defaults(func=cmd_sft)
     return p
@@ -134,25 +137,15 @@ def _add_layout_flags(group: Any) -> None:
     for f in fields(RolloutSettings):
         if f.name not in LAYOUT_SETTINGS:
             continue
-        kind: dict[str, Any] = (
-            {"action": argparse.BooleanOptionalAction}
-            if isinstance(f.default, bool)
-            else {"type": type(f.default)}
-        )
+        kind = setting_flag_kind(f.default)
         help_text = f"{f.metadata['help']} (default: --config's, else {f.default})"
-        group.add_argument(_flag(f.name), default=None, help=help_text.replace("%", "%%"), **kind)
-
-
-def parse_env_args(pairs: list[str]) -> dict[str, Any]:
-    """`["size=6", "p_frozen=0.9"]` -> {"size": 6, "p_frozen": 0.9} (as `starpo eval`)."""
-    from starpo.cli import _parse_env_args
-
-    return _parse_env_args(pairs)
+        group.add_argument(
+            flag_name(f.name), default=None, help=help_text.replace("%", "%%"), **kind
+        )
 
 
 def resolve(args: argparse.Namespace) -> dict[str, Any]:
     """`run_sft` keyword arguments from the flags, then --config, then defaults."""
-    from starpo.cli import MAX_EPISODES, check_seed
     from starpo.defaults import DEFAULT_MODEL
     from starpo.rollout.engine import RolloutSettings, check_settings
     from starpo.sft.options import TrainOptions
@@ -169,7 +162,7 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
     check_seed("--seed", args.seed)
     flags = {name: getattr(args, name) for name in LAYOUT_SETTINGS}
     values.update({k: v for k, v in flags.items() if v is not None})
-    check_settings(values, spell=_flag)
+    check_settings(values, spell=flag_name)
     options = TrainOptions(**{f.name: getattr(args, f.name) for f in fields(TrainOptions)})
     if args.actions_per_turn < 1:
         raise UserError(f"--actions-per-turn must be >= 1, got {args.actions_per_turn}")

@@ -1,14 +1,15 @@
 """Collapse handling during training: feed the Echo-Trap detector every step, log its
-alerts, and act on a collapse as `trainer.on_collapse` says (warn, stop, or roll back to
-the last healthy checkpoint with halved learning rates and filtering on)."""
+alerts, and decide what a collapse calls for as `trainer.on_collapse` says (warn, stop,
+or roll back to the last healthy checkpoint with halved learning rates and filtering on).
+The guard decides and keeps the record; the training loop carries the decision out."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from starpo.config import TrainConfig
+from starpo.config import FilterConfig
 from starpo.diagnostics import (
     Alert,
     AlertLog,
@@ -18,11 +19,7 @@ from starpo.diagnostics import (
     state_metrics,
 )
 from starpo.runs import RunFolder
-from starpo.trainer.checkpoint import latest_checkpoint, load_checkpoint
-
-if TYPE_CHECKING:
-    from starpo.trainer.loop import Trainer
-    from starpo.trainer.update import SkipCounter
+from starpo.trainer.checkpoint import latest_checkpoint
 
 
 def skipped_updates_alert(step: int, skipped: int, limit: int, consecutive: int) -> Alert:
@@ -40,6 +37,13 @@ def skipped_updates_alert(step: int, skipped: int, limit: int, consecutive: int)
     )
 
 
+def rollback_changes(filtering: FilterConfig) -> dict[str, dict[str, Any]]:
+    """The config a run continues with after a rollback: uncertainty filtering on (at
+    its ratio when it was on already, else keeping half of the groups)."""
+    ratio = filtering.ratio if filtering.enabled else 0.5
+    return {"filter": {"enabled": True, "ratio": ratio}}
+
+
 class CollapseGuard:
     """The detector, its alert log and what a rollback changed (all checkpointed)."""
 
@@ -55,13 +59,16 @@ class CollapseGuard:
         if not resume:
             self.alerts.path.unlink(missing_ok=True)  # a new run starts a new alert log
 
-    def diagnose(self, step: int, metrics: dict[str, float], skips: SkipCounter) -> DetectorVerdict:
-        """Feed the detector; log its state and alerts (metrics, alerts.jsonl, console)."""
+    def diagnose(
+        self, step: int, metrics: dict[str, float], skip_limit: int, skipped_in_a_row: int
+    ) -> DetectorVerdict:
+        """Feed the detector; log its state and alerts (metrics, alerts.jsonl, console).
+        `skip_limit`, `skipped_in_a_row`: the run's non-finite update counter."""
         verdict = self.detector.update(step, metrics)
         skipped = int(metrics.get("actor/skipped_steps", 0))
         if skipped:
             verdict.alerts.append(
-                skipped_updates_alert(step, skipped, skips.limit, skips.consecutive)
+                skipped_updates_alert(step, skipped, skip_limit, skipped_in_a_row)
             )
             verdict.state = "collapse" if verdict.state == "collapse" else "warning"
         metrics.update(state_metrics(verdict))
@@ -73,41 +80,38 @@ class CollapseGuard:
             self.say(f"  [{alert.severity}] step {step} {alert.rule}: {alert.message}")
         return verdict
 
-    def respond(self, step: int, trainer: Trainer) -> bool:
-        """Act on a collapse as `trainer.on_collapse` says; True means stop training."""
-        action = trainer.cfg.trainer.on_collapse
-        if action == "warn":
-            return False
-        if action == "stop":
+    def respond(self, step: int, on_collapse: str) -> str:
+        """What to do about a collapse at `step` as trainer.on_collapse says: "continue"
+        (warn), "stop", or "rollback". The loop carries it out (`Trainer.on_collapse`)."""
+        if on_collapse == "warn":
+            return "continue"
+        if on_collapse == "stop":
             self.say(f"collapse detected at step {step}: stopping (trainer.on_collapse=stop)")
-            trainer.save(step, healthy=False)
-            return True
-        return not self._rollback(step, trainer)
+            return "stop"
+        return "rollback"
 
-    def _rollback(self, step: int, trainer: Trainer) -> bool:
-        """Restore the last healthy checkpoint and continue more conservatively: half the
-        learning rates, and uncertainty filtering on. False when there is nothing to restore."""
-        trainer.wait_for_checkpoint()  # a healthy/ copy may still be written in the background
+    def rollback_point(self, step: int) -> Path | None:
+        """The last healthy checkpoint to roll back to; None (said) when there is none."""
         healthy = latest_checkpoint(self.folder.healthy)
         if healthy is None:
             self.say(f"collapse at step {step} and no healthy checkpoint yet: stopping")
-            return False
-        state = load_checkpoint(healthy)
-        # Weights and optimizer moments go back; the schedule keeps its place, at half rate.
-        trainer.load_weights(state, schedules=False)
-        trainer.optimizers.scale_lr(0.5)
-        filtering = trainer.cfg.filter
-        if not filtering.enabled:
-            filtering.enabled, filtering.ratio = True, 0.5
-        # config.yaml keeps what the user asked for; checkpoints carry this live change.
-        self.runtime_config = {"filter": {"enabled": True, "ratio": filtering.ratio}}
+        return healthy
+
+    def rolled_back(
+        self, step: int, restored_step: int, filtering: FilterConfig
+    ) -> dict[str, dict[str, Any]]:
+        """Record a rollback to `restored_step` and return the config changes the run
+        continues with (`rollback_changes`), for the loop to apply. config.yaml keeps what
+        the user asked for; checkpoints carry these changes (`runtime_config`)."""
+        changes = rollback_changes(filtering)
+        self.runtime_config = changes
         self.detector = CollapseDetector(self.cfg)  # judge the new course afresh
         self.rollbacks += 1
         self.say(
-            f"collapse at step {step}: rolled back to step {state['step']}, halved the "
-            f"learning rates, filter on (ratio {filtering.ratio})"
+            f"collapse at step {step}: rolled back to step {restored_step}, halved the "
+            f"learning rates, filter on (ratio {changes['filter']['ratio']})"
         )
-        return True
+        return changes
 
     # ----------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -117,15 +121,14 @@ class CollapseGuard:
             "runtime_config": self.runtime_config,
         }
 
-    def load_state_dict(self, state: dict[str, Any], cfg: TrainConfig, step: int) -> None:
-        """Restore the detector and a rollback's config changes (onto `cfg`); drop alerts
-        of steps after the checkpoint's `step`."""
+    def load_state_dict(self, state: dict[str, Any], step: int) -> dict[str, dict[str, Any]]:
+        """Restore the detector; drop alerts of steps after the checkpoint's `step`; return
+        the config changes a rollback made before it (for the loop to apply again)."""
         if "detector" in state:
             self.detector.load_state_dict(state["detector"])
         self.rollbacks = int(state.get("rollbacks", 0))
         self.runtime_config = state.get("runtime_config") or {}
         for section, values in self.runtime_config.items():
-            for key, value in values.items():
-                setattr(getattr(cfg, section), key, value)
             self.say(f"resumed with {section} {values} (set by a rollback)")
         self.alerts.truncate_after(step)
+        return self.runtime_config

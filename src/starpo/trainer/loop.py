@@ -43,13 +43,13 @@ from starpo.trainer.models import (
     trainable_state,
 )
 from starpo.trainer.optim import Optimizers, build_optimizers
+from starpo.trainer.prepare import prepare
 from starpo.trainer.saver import OPTIMIZER_KEYS, CheckpointSaver, Target
 from starpo.trainer.sinks import RunLogger, format_step_line
 from starpo.trainer.update import (
     UPDATE_FLOPS,
     SkipCounter,
     ppo_update,
-    prepare,
     update_speed,
 )
 from starpo.types import Trajectory, by_group
@@ -220,11 +220,12 @@ class Trainer:
                 history.append(self._log(0, self.validate(0)))
             for step in range(self.start_step + 1, last + 1):
                 metrics, out_of_time = self._step(step)
-                verdict = self.guard.diagnose(step, metrics, self.skips)
+                skips = self.skips
+                verdict = self.guard.diagnose(step, metrics, skips.limit, skips.consecutive)
                 history.append(self._log(step, metrics))
                 if self._due(step, self.cfg.trainer.save_every, out_of_time) or step == last:
                     self.save(step, healthy=verdict.state == "healthy")
-                if verdict.state == "collapse" and self.guard.respond(step, self):
+                if verdict.state == "collapse" and self.on_collapse(step):
                     break
                 if out_of_time:
                     self.say(self.budget.stop_line(step))
@@ -237,6 +238,33 @@ class Trainer:
             self.stop_workers()
             self.logger.close()
         return history
+
+    def on_collapse(self, step: int) -> bool:
+        """Carry out the guard's decision about a collapse at `step`; True: stop training."""
+        action = self.guard.respond(step, self.cfg.trainer.on_collapse)
+        if action == "stop":
+            self.save(step, healthy=False)
+        return action == "stop" or (action == "rollback" and not self._roll_back(step))
+
+    def _roll_back(self, step: int) -> bool:
+        """Restore the last healthy checkpoint and go on more conservatively: half the
+        learning rates, the guard's config changes. False: nothing to restore."""
+        self.wait_for_checkpoint()  # a healthy/ copy may still be written in the background
+        healthy = self.guard.rollback_point(step)
+        if healthy is None:
+            return False
+        state = load_checkpoint(healthy)
+        # Weights and optimizer moments go back; the schedule keeps its place, at half rate.
+        self.load_weights(state, schedules=False)
+        self.optimizers.scale_lr(0.5)
+        self._apply_config_changes(self.guard.rolled_back(step, state["step"], self.cfg.filter))
+        return True
+
+    def _apply_config_changes(self, changes: dict[str, dict[str, Any]]) -> None:
+        """Set `{section: {key: value}}` on the live config (a rollback's changes)."""
+        for section, values in changes.items():
+            for key, value in values.items():
+                setattr(getattr(self.cfg, section), key, value)
 
     def start_workers(self) -> None:
         """With rollout.workers > 0 or trainer.learners > 1: join or start Ray, then start
@@ -565,7 +593,7 @@ class Trainer:
         if diagnostics:
             self.memory.load_state_dict(diagnostics["memory"])
         guard = {**diagnostics, "runtime_config": trainer_state.get("runtime_config")}
-        self.guard.load_state_dict(guard, self.cfg, self.start_step)
+        self._apply_config_changes(self.guard.load_state_dict(guard, self.start_step))
         self.say(f"resumed from step {self.start_step}")
 
     def export_final(self) -> Path:

@@ -1,41 +1,54 @@
-"""The update stage: advantages, then PPO epochs over mini-batches of trajectories, with
-micro-batches accumulating gradients (memory only: the result does not depend on their
-size) and one optimizer update per mini-batch, skipped when anything is non-finite."""
+"""The update stage: PPO epochs over mini-batches of trajectories (prepared by
+`starpo.trainer.prepare`: advantages, old log-probs), with micro-batches accumulating
+gradients (memory only: the result does not depend on their size) and one optimizer
+update per mini-batch, skipped when anything is non-finite."""
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
 
 from starpo.algorithms import (
-    AdvantageInputs,
     aggregate,
     aggregation_count,
-    compute_advantages,
-    explained_variance,
     kl_penalty,
     masked_mean,
     ppo_policy_loss,
-    recurring_turn_share,
     truncated_is_weights,
-    turn_sums,
     value_loss,
 )
 from starpo.config import TrainConfig
 from starpo.errors import UserError
 from starpo.trainer import flops
 from starpo.trainer.batch import TrainBatch
-from starpo.trainer.forward import policy_logprobs, prompt_clusters, reference_logprobs
+from starpo.trainer.forward import policy_logprobs, prompt_clusters
 from starpo.trainer.models import TrainModels, trainable_parameters
 from starpo.trainer.optim import Optimizers
+from starpo.trainer.prepare import fill_old_logprobs, keep_old_logprobs, logprob_mismatch
 
-if TYPE_CHECKING:
-    from starpo.distributed.learners import GradientSync
+
+class DataParallel(Protocol):
+    """What `ppo_update` needs from data-parallel learners (one learner's side; the Ray
+    learners in `starpo.distributed.learners.GradientSync` implement it over gloo)."""
+
+    def owns(self, micro_index: int) -> bool:
+        """Whether this learner runs micro-batch `micro_index`."""
+
+    def sum_(self, tensor: torch.Tensor) -> None:
+        """Sum `tensor` over the learners, in place."""
+
+    def sum_gradients(self, params: list[torch.nn.Parameter]) -> None:
+        """Sum the gradients of `params` over the learners."""
+
+    def all_true(self, flag: bool) -> bool:
+        """Whether `flag` holds on every learner."""
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every learner's `obj`, in rank order."""
 
 
 #: The FLOPs of an update's passes with gradients (`flops`); the trainer divides them by
@@ -63,165 +76,6 @@ class SkipCounter:
                 "checkpoint with a lower optim.actor_lr (or model.dtype=fp32), or raise "
                 "optim.max_skipped_updates"
             )
-
-
-# ----------------------------------------------------------------------- prepare
-
-
-def map_rows(
-    batch: TrainBatch, chunk: int, fn: Callable[[TrainBatch], torch.Tensor]
-) -> torch.Tensor:
-    """`fn` over consecutive chunks of `chunk` rows (memory), stitched back to (B, T).
-    Rows come in group order, so each chunk still shares its group's prompt prefix."""
-    out = torch.zeros_like(batch.loss_mask)
-    for rows, part_batch in batch.split(chunk):
-        part = fn(part_batch)  # (b, t <= T): select trims trailing padding
-        out[rows, : part.shape[1]] = part.to(out.dtype)
-    return out
-
-
-def logprob_mismatch(train: torch.Tensor, rollout: torch.Tensor, mask: torch.Tensor) -> dict:
-    """|training log-prob - rollout log-prob| over agent tokens: mean and max."""
-    diff = (train - rollout).abs()
-    has = bool(mask.bool().any())
-    return {
-        "rollout/logprob_diff_mean": float(masked_mean(diff, mask)),
-        "rollout/logprob_diff_max": float(diff[mask.bool()].max()) if has else 0.0,
-    }
-
-
-@torch.no_grad()
-def recomputed_logprobs(
-    batch: TrainBatch, models: TrainModels, cfg: TrainConfig, rows: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Log-probs (B, T) of the agent tokens under the current actor, for `rows` only (the
-    others 0; default all), micro-batch by micro-batch."""
-    out = torch.zeros_like(batch.loss_mask)
-    rows = torch.arange(len(batch)) if rows is None else rows
-    if not len(rows):
-        return out
-    part = batch.select(rows)
-    temperature = cfg.rollout.temperature
-    with models.precision.autocast():
-        logprobs = map_rows(
-            part,
-            cfg.optim.micro_batch_size,
-            lambda b: policy_logprobs(models.actor, b, temperature, False)[0],
-        )
-    out[rows, : logprobs.shape[1]] = logprobs
-    return out
-
-
-def fill_old_logprobs(
-    batch: TrainBatch, first_rows: torch.Tensor, models: TrainModels, cfg: TrainConfig
-) -> None:
-    """Recompute the old log-probs of every row outside `first_rows` (the first mini-batch)
-    before any update; those rows are left to that mini-batch's own forward (marked None in
-    its copy, see `actor_loss`). Exact: before the first optimizer step the policy that
-    trains IS the old policy, so its detached log-probs are the old log-probs. With one
-    epoch and one mini-batch, nothing is recomputed at all."""
-    first = torch.zeros(len(batch), dtype=torch.bool)
-    first[first_rows] = True
-    batch.old_logprobs = recomputed_logprobs(batch, models, cfg, torch.nonzero(~first)[:, 0])
-
-
-def keep_old_logprobs(batch: TrainBatch, rows: torch.Tensor, mini: TrainBatch) -> dict:
-    """Copy the first mini-batch's own old log-probs (rows `rows`) into the batch, whose
-    other rows `fill_old_logprobs` filled; return their mismatch with the rollout's."""
-    batch.old_logprobs[rows, : mini.old_logprobs.shape[1]] = mini.old_logprobs
-    return logprob_mismatch(batch.old_logprobs, batch.rollout_logprobs, batch.loss_mask)
-
-
-@torch.no_grad()
-def prepare(
-    batch: TrainBatch, models: TrainModels, cfg: TrainConfig, recompute_old_logprobs: bool
-) -> dict[str, float]:
-    """Fill in old log-probs (recomputed or the rollout's), reference log-probs, old values,
-    advantages and returns; no gradients.
-
-    Recomputed old log-probs are left to `ppo_update` (`batch.old_logprobs` None): it knows
-    which rows its first mini-batch trains on, whose old log-probs are the training
-    forward's own (see `fill_old_logprobs`). Only a KL penalty in the reward needs them
-    here, before any update.
-    """
-    algo, metrics = cfg.algorithm, {}
-    temperature, chunk = cfg.rollout.temperature, cfg.optim.micro_batch_size
-    autocast = models.precision.autocast
-    if recompute_old_logprobs:
-        batch.rollout_logprobs = batch.old_logprobs
-        if algo.uses_reference and algo.kl_in_reward:  # the reward's KL needs them now
-            batch.old_logprobs = recomputed_logprobs(batch, models, cfg)
-            metrics.update(
-                logprob_mismatch(batch.old_logprobs, batch.rollout_logprobs, batch.loss_mask)
-            )
-        else:  # `ppo_update` fills them in, most of them for free: see `fill_old_logprobs`
-            batch.old_logprobs = None
-    scores, turn_rewards = batch.scores, batch.turn_rewards
-    if algo.uses_reference:
-        with autocast():
-            batch.ref_logprobs = map_rows(
-                batch,
-                chunk,
-                lambda b: reference_logprobs(models.actor, models.reference, b, temperature),
-            )
-        if algo.kl_in_reward:
-            kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, algo.kl_loss_estimator)
-            kl = kl * batch.loss_mask  # (B, T)
-            # Every estimator sees the penalty: gae per token, grpo in the score, bi-level
-            # GAE in each turn's reward (the sum of its tokens' KL).
-            batch.token_rewards = batch.token_rewards - algo.kl_coef * kl
-            scores = scores - algo.kl_coef * kl.sum(dim=1)
-            turn_rewards = turn_rewards - algo.kl_coef * turn_sums(kl, batch.turn_ends)
-            metrics["actor/reward_kl"] = float(masked_mean(kl, batch.loss_mask))
-    if models.critic is not None:
-        with autocast():
-            values = map_rows(batch, chunk, lambda b: models.critic(b.input_ids, b.attention_mask))
-        batch.old_values = values * batch.loss_mask
-    inputs = AdvantageInputs(
-        mask=batch.loss_mask,
-        token_rewards=batch.token_rewards,
-        values=batch.old_values,
-        scores=scores,
-        group_ids=batch.group_ids,
-        turn_rewards=turn_rewards,
-        turn_ends=batch.turn_ends,
-        turn_states=batch.turn_states,
-    )
-    batch.advantages, batch.returns = compute_advantages(
-        algo.adv_estimator,
-        inputs,
-        gamma=algo.gamma,
-        lam=algo.lam,
-        gamma_turn=algo.gamma_turn,
-        lam_turn=algo.lam_turn,
-        gamma_token=algo.gamma_token,
-        lam_token=algo.lam_token,
-        eps=algo.grpo_eps,
-        norm_by_std=algo.norm_by_std,
-        gamma_step=algo.gamma_step,
-        step_weight=algo.step_weight,
-        whiten=algo.whiten_advantages,
-    )
-    # The turns GiGPO's step level can credit (logged for every estimator: it says whether
-    # states recur within groups at all).
-    if batch.turn_states is not None:
-        metrics["rollout/recurring_state_share"] = recurring_turn_share(
-            batch.group_ids, batch.turn_states, batch.turn_ends
-        )
-    metrics["actor/advantage_mean"] = float(masked_mean(batch.advantages, batch.loss_mask))
-    # The advantages reduced as the loss reduces them (algorithm.loss_agg): the way the
-    # update moves the sampled tokens' log-probs on balance. Below 0 under token_mean when
-    # long failing episodes outweigh short successes: the update then mostly pushes down.
-    metrics["actor/advantage_aggregated"] = float(
-        aggregate(batch.advantages, batch.loss_mask, algo.loss_agg)
-    )
-    if batch.returns is not None:
-        metrics["critic/returns_mean"] = float(masked_mean(batch.returns, batch.loss_mask))
-        metrics["critic/values_mean"] = float(masked_mean(batch.old_values, batch.loss_mask))
-        metrics["critic/explained_var"] = explained_variance(
-            batch.old_values, batch.returns, batch.loss_mask
-        )
-    return metrics
 
 
 # ------------------------------------------------------------------------ losses
@@ -316,7 +170,7 @@ def micro_batch_flops(models: TrainModels, micro: TrainBatch) -> float:
 
 
 def accumulate_gradients(
-    mini: TrainBatch, models: TrainModels, cfg: TrainConfig, sync: GradientSync | None = None
+    mini: TrainBatch, models: TrainModels, cfg: TrainConfig, sync: DataParallel | None = None
 ) -> tuple[dict[str, float], bool]:
     """Backward the mini-batch's losses micro-batch by micro-batch (gradients add up to
     those of one pass over the whole mini-batch); return (metrics, every loss finite).
@@ -403,7 +257,7 @@ def ppo_update(
     cfg: TrainConfig,
     generator: torch.Generator,
     skips: SkipCounter | None = None,
-    sync: GradientSync | None = None,
+    sync: DataParallel | None = None,
 ) -> dict[str, float]:
     """`ppo_epochs` passes over the batch in shuffled mini-batches; returns mean metrics of
     the applied updates. `sync`: this learner's share of data-parallel training (every

@@ -1,0 +1,191 @@
+"""The update's preparation, before any gradient: old log-probs (the rollout's, or
+recomputed under the current actor), reference log-probs, old values, advantages and
+returns, all filled into the `TrainBatch`.
+
+What `batch.old_logprobs` holds, step by step (the one place that says it):
+- from `build_batch`: the rollout's sampling log-probs;
+- after `prepare` with recompute off: unchanged (the rollout's are the old policy's);
+- after `prepare` with recompute on: the rollout's move to `batch.rollout_logprobs` and
+  `old_logprobs` is None, left to `ppo_update`, except that a KL penalty in the reward
+  needs them now (recomputed here);
+- in `ppo_update`: `fill_old_logprobs` recomputes every row outside the first
+  mini-batch, the first mini-batch's forward supplies its own (`actor_loss`), and
+  `keep_old_logprobs` writes those back: from then on every row holds the old policy's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from starpo.algorithms import (
+    AdvantageInputs,
+    aggregate,
+    compute_advantages,
+    explained_variance,
+    kl_penalty,
+    masked_mean,
+    recurring_turn_share,
+    turn_sums,
+)
+from starpo.config import TrainConfig
+from starpo.trainer.batch import TrainBatch
+from starpo.trainer.forward import policy_logprobs, reference_logprobs
+from starpo.trainer.models import TrainModels
+
+
+def map_rows(
+    batch: TrainBatch, chunk: int, fn: Callable[[TrainBatch], torch.Tensor]
+) -> torch.Tensor:
+    """`fn` over consecutive chunks of `chunk` rows (memory), stitched back to (B, T).
+    Rows come in group order, so each chunk still shares its group's prompt prefix."""
+    out = torch.zeros_like(batch.loss_mask)
+    for rows, part_batch in batch.split(chunk):
+        part = fn(part_batch)  # (b, t <= T): select trims trailing padding
+        out[rows, : part.shape[1]] = part.to(out.dtype)
+    return out
+
+
+def logprob_mismatch(train: torch.Tensor, rollout: torch.Tensor, mask: torch.Tensor) -> dict:
+    """|training log-prob - rollout log-prob| over agent tokens: mean and max."""
+    diff = (train - rollout).abs()
+    has = bool(mask.bool().any())
+    return {
+        "rollout/logprob_diff_mean": float(masked_mean(diff, mask)),
+        "rollout/logprob_diff_max": float(diff[mask.bool()].max()) if has else 0.0,
+    }
+
+
+@torch.no_grad()
+def recomputed_logprobs(
+    batch: TrainBatch, models: TrainModels, cfg: TrainConfig, rows: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Log-probs (B, T) of the agent tokens under the current actor, for `rows` only (the
+    others 0; default all), micro-batch by micro-batch."""
+    out = torch.zeros_like(batch.loss_mask)
+    rows = torch.arange(len(batch)) if rows is None else rows
+    if not len(rows):
+        return out
+    part = batch.select(rows)
+    temperature = cfg.rollout.temperature
+    with models.precision.autocast():
+        logprobs = map_rows(
+            part,
+            cfg.optim.micro_batch_size,
+            lambda b: policy_logprobs(models.actor, b, temperature, False)[0],
+        )
+    out[rows, : logprobs.shape[1]] = logprobs
+    return out
+
+
+def fill_old_logprobs(
+    batch: TrainBatch, first_rows: torch.Tensor, models: TrainModels, cfg: TrainConfig
+) -> None:
+    """Recompute the old log-probs of every row outside `first_rows` (the first mini-batch)
+    before any update; those rows are left to that mini-batch's own forward (marked None in
+    its copy, see `actor_loss`). Exact: before the first optimizer step the policy that
+    trains IS the old policy, so its detached log-probs are the old log-probs. With one
+    epoch and one mini-batch, nothing is recomputed at all."""
+    first = torch.zeros(len(batch), dtype=torch.bool)
+    first[first_rows] = True
+    batch.old_logprobs = recomputed_logprobs(batch, models, cfg, torch.nonzero(~first)[:, 0])
+
+
+def keep_old_logprobs(batch: TrainBatch, rows: torch.Tensor, mini: TrainBatch) -> dict:
+    """Copy the first mini-batch's own old log-probs (rows `rows`) into the batch, whose
+    other rows `fill_old_logprobs` filled; return their mismatch with the rollout's."""
+    batch.old_logprobs[rows, : mini.old_logprobs.shape[1]] = mini.old_logprobs
+    return logprob_mismatch(batch.old_logprobs, batch.rollout_logprobs, batch.loss_mask)
+
+
+@torch.no_grad()
+def prepare(
+    batch: TrainBatch, models: TrainModels, cfg: TrainConfig, recompute_old_logprobs: bool
+) -> dict[str, float]:
+    """Fill in old log-probs (recomputed or the rollout's), reference log-probs, old values,
+    advantages and returns; no gradients.
+
+    Recomputed old log-probs are left to `ppo_update` (`batch.old_logprobs` None): it knows
+    which rows its first mini-batch trains on, whose old log-probs are the training
+    forward's own (see `fill_old_logprobs`). Only a KL penalty in the reward needs them
+    here, before any update.
+    """
+    algo, metrics = cfg.algorithm, {}
+    temperature, chunk = cfg.rollout.temperature, cfg.optim.micro_batch_size
+    autocast = models.precision.autocast
+    if recompute_old_logprobs:
+        batch.rollout_logprobs = batch.old_logprobs
+        if algo.uses_reference and algo.kl_in_reward:  # the reward's KL needs them now
+            batch.old_logprobs = recomputed_logprobs(batch, models, cfg)
+            metrics.update(
+                logprob_mismatch(batch.old_logprobs, batch.rollout_logprobs, batch.loss_mask)
+            )
+        else:  # `ppo_update` fills them in, most of them for free: see `fill_old_logprobs`
+            batch.old_logprobs = None
+    scores, turn_rewards = batch.scores, batch.turn_rewards
+    if algo.uses_reference:
+        with autocast():
+            batch.ref_logprobs = map_rows(
+                batch,
+                chunk,
+                lambda b: reference_logprobs(models.actor, models.reference, b, temperature),
+            )
+        if algo.kl_in_reward:
+            kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, algo.kl_loss_estimator)
+            kl = kl * batch.loss_mask  # (B, T)
+            # Every estimator sees the penalty: gae per token, grpo in the score, bi-level
+            # GAE in each turn's reward (the sum of its tokens' KL).
+            batch.token_rewards = batch.token_rewards - algo.kl_coef * kl
+            scores = scores - algo.kl_coef * kl.sum(dim=1)
+            turn_rewards = turn_rewards - algo.kl_coef * turn_sums(kl, batch.turn_ends)
+            metrics["actor/reward_kl"] = float(masked_mean(kl, batch.loss_mask))
+    if models.critic is not None:
+        with autocast():
+            values = map_rows(batch, chunk, lambda b: models.critic(b.input_ids, b.attention_mask))
+        batch.old_values = values * batch.loss_mask
+    inputs = AdvantageInputs(
+        mask=batch.loss_mask,
+        token_rewards=batch.token_rewards,
+        values=batch.old_values,
+        scores=scores,
+        group_ids=batch.group_ids,
+        turn_rewards=turn_rewards,
+        turn_ends=batch.turn_ends,
+        turn_states=batch.turn_states,
+    )
+    batch.advantages, batch.returns = compute_advantages(
+        algo.adv_estimator,
+        inputs,
+        gamma=algo.gamma,
+        lam=algo.lam,
+        gamma_turn=algo.gamma_turn,
+        lam_turn=algo.lam_turn,
+        gamma_token=algo.gamma_token,
+        lam_token=algo.lam_token,
+        eps=algo.grpo_eps,
+        norm_by_std=algo.norm_by_std,
+        gamma_step=algo.gamma_step,
+        step_weight=algo.step_weight,
+        whiten=algo.whiten_advantages,
+    )
+    # The turns GiGPO's step level can credit (logged for every estimator: it says whether
+    # states recur within groups at all).
+    if batch.turn_states is not None:
+        metrics["rollout/recurring_state_share"] = recurring_turn_share(
+            batch.group_ids, batch.turn_states, batch.turn_ends
+        )
+    metrics["actor/advantage_mean"] = float(masked_mean(batch.advantages, batch.loss_mask))
+    # The advantages reduced as the loss reduces them (algorithm.loss_agg): the way the
+    # update moves the sampled tokens' log-probs on balance. Below 0 under token_mean when
+    # long failing episodes outweigh short successes: the update then mostly pushes down.
+    metrics["actor/advantage_aggregated"] = float(
+        aggregate(batch.advantages, batch.loss_mask, algo.loss_agg)
+    )
+    if batch.returns is not None:
+        metrics["critic/returns_mean"] = float(masked_mean(batch.returns, batch.loss_mask))
+        metrics["critic/values_mean"] = float(masked_mean(batch.old_values, batch.loss_mask))
+        metrics["critic/explained_var"] = explained_variance(
+            batch.old_values, batch.returns, batch.loss_mask
+        )
+    return metrics
