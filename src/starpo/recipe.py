@@ -296,7 +296,7 @@ def train_sft(recipe: Recipe, cfg: Any, sft_dir: Path) -> dict[str, Any]:
 def train_rl(rl_cfg: Any, rl_dir: Path) -> dict[str, Any]:
     """The RL stage: `starpo train` into `rl_dir`, continuing its run when a stopped recipe
     left a checkpoint; the last step and the training minutes it took (all parts)."""
-    from starpo.runs import read_metrics
+    from starpo.run_metrics import read_metrics
     from starpo.timing import train_minutes
     from starpo.trainer import Trainer
     from starpo.trainer.checkpoint import latest_checkpoint

@@ -16,7 +16,7 @@ import torch
 from run_metrics import comparable
 
 from starpo.config import load_config
-from starpo.runs import read_metrics
+from starpo.run_metrics import read_metrics
 from starpo.trainer.loop import Trainer
 
 pytestmark = pytest.mark.slow  # two short runs of the real default model (~1.5 min)

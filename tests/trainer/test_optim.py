@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from starpo.errors import UserError
-from starpo.runs import read_metrics
+from starpo.run_metrics import read_metrics
 from starpo.trainer import prepare
 from starpo.trainer.checkpoint import latest_checkpoint, load_checkpoint
 from starpo.trainer.loop import Trainer

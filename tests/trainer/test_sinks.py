@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from starpo.errors import UserError
-from starpo.runs import read_metrics
+from starpo.run_metrics import read_metrics
 from starpo.trainer.sinks import (
     JsonlSink,
     RunLogger,

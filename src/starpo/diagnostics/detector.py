@@ -33,6 +33,7 @@ from starpo.diagnostics.rules import (
     window_mean_std,
 )
 from starpo.diagnostics.settings import DiagnosticsConfig
+from starpo.run_metrics import load_step_records
 
 __all__ = [
     "Alert",
@@ -217,8 +218,8 @@ class AlertLog:
 
     def read(self) -> list[dict[str, Any]]:
         """All logged alerts, oldest first ([] when the file does not exist), read as
-        `runs.read_alerts` reads them (a line without an integer 'step' is broken)."""
-        return runs.load_step_records(self.path).records
+        `run_metrics.read_alerts` reads them (a line without an integer 'step' is broken)."""
+        return load_step_records(self.path).records
 
     def truncate_after(self, step: int) -> None:
         """Drop alerts of steps > `step` (resuming from a checkpoint taken at `step`);

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from starpo import runs
+from starpo import run_metrics, runs
 from starpo.errors import UserError
 from starpo.types import Episode, Trajectory, record_from_dict
 
@@ -169,14 +169,14 @@ def _source(
 
 
 def chart_points(run_dir: Path, warnings: list[str] | None = None) -> dict[str, list[list[float]]]:
-    """The run's metric curves (`runs.read_metrics`, `runs.metric_curves`) as the page's
+    """The run's metric curves (`run_metrics.read_metrics`, `metric_curves`) as the page's
     chart points, {metric: [[step, value], ...]}. The page joins every point of a chart
     into one line, so a curve's gaps (null, NaN, inf) are left out here, and a metric with
     no finite value gets no chart."""
-    records = runs.read_metrics(run_dir, skip_broken=True, warnings=warnings)
+    records = run_metrics.read_metrics(run_dir, skip_broken=True, warnings=warnings)
     points = {
         key: [[step, value] for step, value in zip(*curve, strict=True) if value == value]
-        for key, curve in runs.metric_curves(records).items()
+        for key, curve in run_metrics.metric_curves(records).items()
     }
     return {key: pts for key, pts in points.items() if pts}
 
@@ -225,7 +225,7 @@ def display_model(run_dir: Path, cap: int = MAX_EPISODES_PER_SOURCE) -> dict[str
     metrics = chart_points(run_dir, warnings)
     alerts = [
         {k: row.get(k) for k in ("step", "state", "rule", "message")}
-        for row in runs.read_alerts(run_dir, skip_broken=True, warnings=warnings)
+        for row in run_metrics.read_alerts(run_dir, skip_broken=True, warnings=warnings)
     ]
     return finite(
         {
