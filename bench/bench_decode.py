@@ -41,12 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import torch  # noqa: E402
 
 from common import bandit_prompt_ids, memory_bandwidth_gbs, seconds  # noqa: E402
+from starpo.compute.flops import measure_matmul_peak  # noqa: E402
 from starpo.models import load_model  # noqa: E402
 from starpo.rollout.backend import GenerationRequest, SamplingParams  # noqa: E402
 from starpo.rollout.hf_backend import HFBackend  # noqa: E402
 from starpo.rollout.lean_backend import LeanBackend  # noqa: E402
 from starpo.rollout.linear_kernels import onednn_applies  # noqa: E402
-from starpo.trainer.flops import measure_matmul_peak  # noqa: E402
 
 
 class Contender:

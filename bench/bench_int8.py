@@ -98,11 +98,11 @@ def int8_lean(model, projections: tuple[str, ...]) -> LeanLlama:
 
 
 def logprob_gaps(groups: int) -> None:
+    from starpo.compute.batch import build_batch
+    from starpo.compute.forward import policy_logprobs
     from starpo.config import load_config
     from starpo.models import load_model
     from starpo.rollout.engine import RolloutEngine
-    from starpo.trainer.batch import build_batch
-    from starpo.trainer.forward import policy_logprobs
 
     cfg = load_config("cpu-bandit-starpo-s", [])
     model, tokenizer = load_model(cfg.model.name, device="cpu", dtype="fp32")

@@ -21,7 +21,7 @@ the project's own helpers (the rollout engine with a scripted backend, `build_ba
   bench/update_cases.py); it also prints a "where the time goes" table.
 
 FLOPs are counted exactly from the shapes the update computes (not 6 x parameters x
-tokens) by the trainer's own rule, `starpo.trainer.flops` (the figure `starpo train` logs
+tokens) by the trainer's own rule, `starpo.compute.flops` (the figure `starpo train` logs
 as perf/update_peak_share and `starpo sft` prints): the matmuls of the linear layers for
 every token processed, attention over the (query, key) pairs a causal model needs, and
 the LM head at the rows it runs on, x3 for forward and backward (a backward pass does two
@@ -49,6 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import torch  # noqa: E402
 
+from starpo.compute import flops  # noqa: E402
+from starpo.compute.batch import TrainBatch, build_batch  # noqa: E402
 from starpo.config import load_config  # noqa: E402
 from starpo.models import load_model  # noqa: E402
 from starpo.models.precision import (  # noqa: E402
@@ -60,8 +62,7 @@ from starpo.rollout import RolloutEngine  # noqa: E402
 from starpo.rollout.backend import Generation  # noqa: E402
 from starpo.rollout.chat import ChatTokens  # noqa: E402
 from starpo.rollout.prompts import SYSTEM_PROMPT  # noqa: E402
-from starpo.trainer import flops, prepare, update  # noqa: E402
-from starpo.trainer.batch import TrainBatch, build_batch  # noqa: E402
+from starpo.trainer import prepare, update  # noqa: E402
 from starpo.trainer.models import build_models  # noqa: E402
 from starpo.trainer.optim import build_optimizers  # noqa: E402
 from starpo.types import Trajectory, Turn  # noqa: E402

@@ -16,12 +16,13 @@ import time
 
 import torch
 
+from starpo.compute import forward
+from starpo.compute.batch import TrainBatch
 from starpo.envs import make
 from starpo.rollout import RolloutEngine, prompts
 from starpo.sft.replay import ReplayBackend
 from starpo.sft.responses import end_of_turn_id, response_tokens, solver_turn_text
-from starpo.trainer import forward, prepare
-from starpo.trainer.batch import TrainBatch
+from starpo.trainer import prepare
 from starpo.types import Trajectory
 
 SOKOBAN_PRESET = "cpu-sokoban-sft-starpo-s"

@@ -35,9 +35,9 @@ def test_head_shares_counts_the_head_at_its_positions_and_everywhere():
 
 @pytest.mark.slow
 def test_sokoban_batch_is_the_presets_filtered_update_batch():
+    from starpo.compute.batch import build_batch
     from starpo.config import load_config
     from starpo.models import load_tokenizer
-    from starpo.trainer.batch import build_batch
 
     tokenizer = load_tokenizer()
     cfg = load_config(update_cases.SOKOBAN_PRESET, [])

@@ -131,7 +131,7 @@ def test_the_parser_needs_no_torch_and_knows_the_trainers_schedules():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
+    from starpo.compute.lr_schedule import SCHEDULES as TRAINER_SCHEDULES
     from starpo.sft.options import SCHEDULES
-    from starpo.trainer.optim import SCHEDULES as TRAINER_SCHEDULES
 
     assert SCHEDULES == TRAINER_SCHEDULES

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from starpo.compute.batch import build_batch
 from starpo.errors import UserError
 from starpo.models import load_model, tiny_random_model
 from starpo.rollout import RolloutSettings
@@ -15,7 +16,6 @@ from starpo.sft.options import TrainOptions
 from starpo.sft.replay import replay_records
 from starpo.sft.run import DATA_FILE, SUMMARY_FILE, run_sft
 from starpo.sft.train import accumulate_gradients, evaluate, split_validation, turn_matches
-from starpo.trainer.batch import build_batch
 from starpo.types import Trajectory
 
 SETTINGS = RolloutSettings(max_turns=10, max_actions_per_turn=3, think=False)
@@ -72,7 +72,7 @@ def test_sft_counts_the_flops_of_its_passes(examples):
     """The trainer's rule (`trainer.flops`) per micro-batch, the LM head on agent tokens
     only, forward and backward; the same total whatever the micro-batch size when no
     micro-batch shares a prompt (each row then runs on its own)."""
-    from starpo.trainer import flops
+    from starpo.compute import flops
 
     model, tokenizer = tiny_random_model(seed=2)
     totals = accumulate_gradients(model, examples, 1, tokenizer.pad_token_id)

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
+from starpo.compute.weights import export_policy
 from starpo.models import load_model, tiny_random_model
-from starpo.trainer.models import export_policy
 
 
 def _with_lora(model):

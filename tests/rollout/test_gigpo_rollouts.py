@@ -13,10 +13,10 @@ from types import SimpleNamespace
 import torch
 
 from starpo.algorithms import gigpo_advantages, grpo_advantages, pad_turns
+from starpo.compute.batch import build_batch
 from starpo.config import load_config
 from starpo.models import load_tokenizer
 from starpo.rollout.engine import RolloutEngine, RolloutSettings
-from starpo.trainer.batch import build_batch
 from starpo.trainer.prepare import prepare
 
 # Level 10003 with one action a turn: sessions 0 and 1 share their first two moves, then

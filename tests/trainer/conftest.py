@@ -12,9 +12,9 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from starpo.compute.batch import TrainBatch
 from starpo.config import load_config
 from starpo.models import load_tokenizer
-from starpo.trainer.batch import TrainBatch
 
 # Each context token -> the tokens that follow it (the text pieces are tokenised below).
 CHAIN = {

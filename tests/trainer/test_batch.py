@@ -8,7 +8,7 @@ from dataclasses import fields
 import pytest
 import torch
 
-from starpo.trainer.batch import TrainBatch, build_batch
+from starpo.compute.batch import TrainBatch, build_batch
 from starpo.types import Trajectory, Turn
 
 PAD = 99

@@ -17,9 +17,10 @@ import torch
 from test_update_speed import GROUP_SIZE, config, grouped_batch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from starpo.compute import flops, forward
+from starpo.compute.batch import TrainBatch
 from starpo.models import tiny_random_model
-from starpo.trainer import flops, forward, prepare, update
-from starpo.trainer.batch import TrainBatch
+from starpo.trainer import prepare, update
 from starpo.trainer.models import build_models
 from starpo.trainer.optim import build_optimizers
 

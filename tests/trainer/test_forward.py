@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from starpo.compute import forward
+from starpo.compute.batch import TrainBatch
 from starpo.models import tiny_random_model
-from starpo.trainer import forward
-from starpo.trainer.batch import TrainBatch
 
 
 def _logprobs_and_grads(monkeypatch, batch: TrainBatch, share: bool):

@@ -9,9 +9,9 @@ from dataclasses import fields
 import pytest
 import torch
 
+from starpo.compute import forward
+from starpo.compute.batch import TrainBatch
 from starpo.models import tiny_random_model
-from starpo.trainer import forward
-from starpo.trainer.batch import TrainBatch
 
 PATHS = {  # name -> module settings that force it
     "logits": {"plain_head_weight": lambda model: None},

@@ -11,10 +11,11 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from starpo.compute import activation_checkpointing as checkpointing
+from starpo.compute import forward
+from starpo.compute.batch import TrainBatch
 from starpo.config import load_config
 from starpo.models import tiny_random_model
-from starpo.trainer import checkpointing, forward
-from starpo.trainer.batch import TrainBatch
 from starpo.trainer.models import TrainModels, build_models
 
 # Wide layers and a long sequence with few agent tokens: the decoder layers' activations,

@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from starpo.algorithms import AGGREGATIONS
+from starpo.compute.batch import TrainBatch
+from starpo.compute.forward import policy_logprobs
 from starpo.config import load_config
 from starpo.models import tiny_random_model
 from starpo.models.precision import Precision
 from starpo.trainer import prepare, update
-from starpo.trainer.batch import TrainBatch
-from starpo.trainer.forward import policy_logprobs
 from starpo.trainer.models import build_models
 from starpo.trainer.optim import build_optimizers
 

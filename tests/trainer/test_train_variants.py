@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from starpo.trainer.checkpointing import decoder_layers
+from starpo.compute.activation_checkpointing import decoder_layers
 from starpo.trainer.loop import Trainer
 
 pytestmark = pytest.mark.slow  # end-to-end Trainer.train() runs

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from starpo.compute.batch import TrainBatch
 from starpo.config import load_config
 from starpo.models import tiny_random_model
 from starpo.trainer import prepare, update
-from starpo.trainer.batch import TrainBatch
 from starpo.trainer.models import build_models
 from starpo.trainer.optim import build_optimizers, fused_adamw_supported
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from starpo.algorithms import masked_mean
+from starpo.compute.batch import TrainBatch
 from starpo.errors import UserError
-from starpo.trainer.batch import TrainBatch
 from starpo.trainer.prepare import logprob_mismatch, map_rows
 from starpo.trainer.update import NonFiniteUpdates, SkipCounter, _merge
 

@@ -84,7 +84,7 @@ class RolloutWorker:
     def set_weights(self, version: int, state: dict[str, Any]) -> int:
         """Load trainable tensors of policy `version` (skipped when already loaded)."""
         if version != self.version:
-            from starpo.trainer.models import load_trainable_state
+            from starpo.compute.weights import load_trainable_state
 
             load_trainable_state(self.model, state)
             self.backend.update_weights(self.model, version)
@@ -199,7 +199,7 @@ class RolloutPool:
         """The object-store reference of the current version's trainable weights."""
         ray = import_ray()
         if self._weights is None or self._weights[0] != self._version:
-            from starpo.trainer.models import trainable_state
+            from starpo.compute.weights import trainable_state
 
             started = time.perf_counter()
             state = trainable_state(self._model)

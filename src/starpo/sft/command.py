@@ -244,6 +244,6 @@ def format_summary(summary: dict[str, Any]) -> str:
         peak, dtype = trained[-1]["matmul_peak_gflops"], trained[-1]["dtype"]
         lines.append(
             f"training speed {gflops:.1f} GFLOP/s = {gflops / peak:.0%} of the {dtype} "
-            f"matmul peak ({peak:.1f} GFLOP/s, starpo.trainer.flops)"
+            f"matmul peak ({peak:.1f} GFLOP/s, starpo.compute.flops)"
         )
     return "\n".join(lines)

@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
+from starpo.compute.lr_schedule import SCHEDULES
 from starpo.errors import UserError
 
-#: LR schedules after the warm-up (`starpo.trainer.optim.SCHEDULES`, without its torch).
-SCHEDULES = ("constant", "cosine")
 DTYPES = ("auto", "fp32", "bf16")
 
 

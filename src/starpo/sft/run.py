@@ -243,9 +243,10 @@ def write_outputs(
     summary: dict[str, Any],
     started: float,
 ) -> None:
-    """The model folder (the trainer's `export_policy`: weights and a portable tokenizer),
-    the replayed examples, and the summary with the total time since `started`."""
-    from starpo.trainer.models import export_policy
+    """The model folder (`compute.weights.export_policy`, the trainer's too: weights and a
+    portable tokenizer), the replayed examples, and the summary with the total time since
+    `started`."""
+    from starpo.compute.weights import export_policy
 
     out.mkdir(parents=True, exist_ok=True)
     export_policy(model, tokenizer, out, uses_lora=False)

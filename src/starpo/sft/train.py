@@ -7,9 +7,10 @@ batch into micro-batches (gradient accumulation) changes neither the loss nor it
 each micro-batch adds its token sum / N_batch. (A mean of micro-batch means would weight a
 token by the size of the micro-batch it happened to land in.)
 
-The forward reuses the trainer's machinery: `hidden_at` encodes a prompt shared by the rows
-once and runs the decoder without its LM head, and `head_logprobs` turns hidden states into
-log-probs in vocabulary slabs, for agent tokens only, never holding (tokens, vocab) logits.
+The forward is the trainer's too (`starpo.compute`): `hidden_at` encodes a prompt shared
+by the rows once and runs the decoder without its LM head, and `head_logprobs` turns hidden
+states into log-probs in vocabulary slabs, for agent tokens only, never holding (tokens,
+vocab) logits.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ import torch
 from torch import nn
 
 from starpo.algorithms import head_logprobs, token_logprobs
+from starpo.compute import flops
+from starpo.compute.batch import TrainBatch, build_batch
+from starpo.compute.forward import hidden_at, logits_at, plain_head_weight
+from starpo.compute.lr_schedule import lr_multiplier
 from starpo.models.precision import Precision, compute_dtype, precision_for
 from starpo.sft.options import TrainOptions
-from starpo.trainer import flops
-from starpo.trainer.batch import TrainBatch, build_batch
-from starpo.trainer.forward import hidden_at, logits_at, plain_head_weight
-from starpo.trainer.optim import lr_multiplier
 from starpo.types import Trajectory
 
 #: Hidden states scored against the whole vocabulary at once for token accuracy
@@ -126,7 +127,7 @@ def turn_matches(loss_mask: torch.Tensor, hits: torch.Tensor) -> tuple[int, int]
 @dataclass
 class Totals:
     """Sums over agent tokens (-log-prob, hits, count), over turns (exact, count), and the
-    FLOPs of the training passes (`trainer.flops`; 0 in evaluation)."""
+    FLOPs of the training passes (`compute.flops`; 0 in evaluation)."""
 
     nll: float = 0.0
     hits: int = 0
@@ -185,7 +186,7 @@ def accumulate_gradients(
 
 
 def _pass_flops(model: nn.Module, batch: TrainBatch, agent_rows: int) -> float:
-    """FLOPs of `agent_token_scores`' training pass (`trainer.flops`): the LM head on the
+    """FLOPs of `agent_token_scores`' training pass (`compute.flops`): the LM head on the
     agent tokens' rows through the hidden-state head, else at every row and position the
     model's own logits run (`logits_at`, the trainer's default); 0 for an unknown shape."""
     head_rows = agent_rows if plain_head_weight(model) is not None else None
@@ -306,7 +307,7 @@ def _clip(params: list[nn.Parameter], max_norm: float) -> float:
 
 def _utilisation(work: float, seconds: float, model: nn.Module, precision: Precision) -> dict:
     """The epoch's training GFLOP/s and share of the matmul peak in the dtype it computes
-    in (`trainer.flops`, the figure the trainer logs as perf/update_peak_share)."""
+    in (`compute.flops`, the figure the trainer logs as perf/update_peak_share)."""
     peak, dtype = flops.peak_of(model, precision)
     speed = flops.utilisation(work, seconds, peak)
     return {**speed, "matmul_peak_gflops": peak, "dtype": str(dtype).removeprefix("torch.")}

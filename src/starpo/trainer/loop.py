@@ -9,6 +9,13 @@ from typing import Any
 import torch
 
 from starpo.algorithms import filter_groups
+from starpo.compute.batch import TrainBatch, build_batch
+from starpo.compute.weights import (
+    export_policy,
+    load_trainable_state,
+    trainable_parameters,
+    trainable_state,
+)
 from starpo.config import TrainConfig, config_to_dict, save_config
 from starpo.diagnostics import ResponseMemory, echo_trap_metrics
 from starpo.envs import make
@@ -22,7 +29,6 @@ from starpo.rollout.engine import RolloutEngine
 from starpo.rollout.evaluate import ModelEvalResult, play_seeds
 from starpo.runs import RunFolder
 from starpo.timing import TRAIN_MINUTES, Timer, step_train_seconds
-from starpo.trainer.batch import TrainBatch, build_batch
 from starpo.trainer.budget import STATE_KEY, TrainingBudget, resumed_minutes
 from starpo.trainer.checkpoint import (
     capture_rng_state,
@@ -34,14 +40,7 @@ from starpo.trainer.checkpoint import (
     restore_rng_state,
 )
 from starpo.trainer.collapse import CollapseGuard
-from starpo.trainer.models import (
-    TrainModels,
-    build_models,
-    export_policy,
-    load_trainable_state,
-    trainable_parameters,
-    trainable_state,
-)
+from starpo.trainer.models import TrainModels, build_models
 from starpo.trainer.optim import Optimizers, build_optimizers
 from starpo.trainer.prepare import prepare
 from starpo.trainer.saver import OPTIMIZER_KEYS, CheckpointSaver, Target

@@ -1,5 +1,6 @@
 """Optimizers and learning-rate schedules of a run: AdamW for the actor (and the critic),
-each with a warm-up + constant / cosine schedule stepped once per optimizer update."""
+each with a warm-up + constant / cosine schedule (`compute.lr_schedule`, the one `starpo
+sft` steps by too) stepped once per optimizer update."""
 
 from __future__ import annotations
 
@@ -11,31 +12,11 @@ from typing import Any
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
+from starpo.compute.lr_schedule import lr_multiplier
+from starpo.compute.weights import trainable_parameters
 from starpo.config import TrainConfig
-from starpo.trainer.models import trainable_parameters
 
-SCHEDULES = ("constant", "cosine")
 KEYS = ("optim", "schedule")  # checkpoint keys: actor_optim, actor_schedule, critic_...
-
-
-def lr_multiplier(
-    update: int, *, warmup: int, total: int, schedule: str = "constant", min_ratio: float = 0.0
-) -> float:
-    """Factor on the base learning rate for optimizer update `update` (0-based).
-
-        warm-up (update < W):  (update + 1) / W          (linear; the first update is not 0)
-        constant:              1
-        cosine:                m + (1 - m) * (1 + cos(pi * p)) / 2,  p = (update - W) / (N - W)
-    with W = `warmup`, N = `total` updates in the run, m = `min_ratio`; p is capped at 1.
-    """
-    if schedule not in SCHEDULES:
-        raise ValueError(f"unknown lr schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
-    if update < warmup:
-        return (update + 1) / warmup
-    if schedule == "constant":
-        return 1.0
-    progress = min(1.0, (update - warmup) / max(1, total - warmup))
-    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def updates_per_run(cfg: TrainConfig) -> int:

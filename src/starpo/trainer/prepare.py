@@ -29,9 +29,9 @@ from starpo.algorithms import (
     recurring_turn_share,
     turn_sums,
 )
+from starpo.compute.batch import TrainBatch
+from starpo.compute.forward import policy_logprobs, reference_logprobs
 from starpo.config import TrainConfig
-from starpo.trainer.batch import TrainBatch
-from starpo.trainer.forward import policy_logprobs, reference_logprobs
 from starpo.trainer.models import TrainModels
 
 

@@ -21,12 +21,14 @@ from starpo.algorithms import (
     truncated_is_weights,
     value_loss,
 )
+from starpo.compute import flops
+from starpo.compute.batch import TrainBatch
+from starpo.compute.forward import policy_logprobs
+from starpo.compute.packing import prompt_clusters
+from starpo.compute.weights import trainable_parameters
 from starpo.config import TrainConfig
 from starpo.errors import UserError
-from starpo.trainer import flops
-from starpo.trainer.batch import TrainBatch
-from starpo.trainer.forward import policy_logprobs, prompt_clusters
-from starpo.trainer.models import TrainModels, trainable_parameters
+from starpo.trainer.models import TrainModels
 from starpo.trainer.optim import Optimizers
 from starpo.trainer.prepare import fill_old_logprobs, keep_old_logprobs, logprob_mismatch
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
+from starpo.compute import forward
+from starpo.compute.batch import TrainBatch
 from starpo.models.precision import Precision
-from starpo.trainer import forward
-from starpo.trainer.batch import TrainBatch
 
 #: Forward + backward: the backward computes two matmuls of each forward matmul's size
 #: (the input's gradient and the weight's) ...
