@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from starpo.recipe import RECIPES, recipe_for
+from starpo.recipe_methods import RECIPES, recipe_for
 
 VANILLA = [  # RAGEN's vanilla StarPO, as in the paper presets (paper-base.yaml)
     "filter.enabled=false",

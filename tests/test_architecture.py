@@ -137,3 +137,26 @@ def test_no_import_cycles_between_starpo_modules():
 def test_module_is_at_most_400_lines(name):
     lines = len(module_files()[name].read_text().splitlines())
     assert lines <= MAX_MODULE_LINES, f"{name} has {lines} lines; split it by role"
+
+
+#: What the config layer (config.py, config_*.py) may import: it sits below envs,
+#: rollout and trainer (README, "Project layout"), so `starpo train --help` and config
+#: checks never load them.
+CONFIG_LAYER_MAY_IMPORT = ("starpo.config", "starpo.errors", "starpo.defaults")
+CONFIG_LAYER_MAY_IMPORT_EXACTLY = ("starpo.registry", "starpo.diagnostics.settings")
+
+
+def test_config_layer_imports_nothing_above_it():
+    graph = import_graph()
+    config_modules = [m for m in graph if m.startswith("starpo.config")]
+    assert {"starpo.config", "starpo.config_episode"} <= set(config_modules)
+    above = {
+        module: sorted(
+            target
+            for target in graph[module]
+            if not target.startswith(CONFIG_LAYER_MAY_IMPORT)
+            and target not in CONFIG_LAYER_MAY_IMPORT_EXACTLY
+        )
+        for module in config_modules
+    }
+    assert not any(above.values()), f"config modules import layers above them: {above}"

@@ -551,7 +551,17 @@ def test_help_lists_every_field_with_its_help_and_default():
     assert "optim: optimizer and batching" in text
 
 
-@pytest.mark.parametrize("module", ["config", "config_fields", "config_files"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "config",
+        "config_fields",
+        "config_files",
+        "config_episode",
+        "config_algorithm",
+        "config_rollout",
+    ],
+)
 def test_config_module_imports_no_torch(module):
     path = Path(config_module.__file__).with_name(f"{module}.py")
     tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -563,7 +573,9 @@ def test_config_module_imports_no_torch(module):
         "starpo.errors",
         "starpo.defaults",
         "starpo.registry",  # extension names (lazy: no torch)
-        "starpo.rollout.engine",  # RolloutSettings, the per-episode settings' one definition
+        "starpo.config_episode",  # RolloutSettings, the per-episode settings' one definition
+        "starpo.config_algorithm",  # the filter, algorithm and optim sections
+        "starpo.config_rollout",  # the rollout section
         "starpo.config_fields",  # field helpers, the section base, one-line errors
         "starpo.config_files",  # YAML files, base:, presets, overrides, help rows
         "starpo.diagnostics.settings",  # the diagnostics section, beside its detector

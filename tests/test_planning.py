@@ -5,17 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from starpo import cli, planning
+from starpo import cli, planning, planning_fit
 from starpo.config import load_config
-from starpo.planning import (
-    EpisodeShape,
-    activation_bytes_per_token,
-    episode_shape,
-    fitting_setting,
-    kv_cache_bytes,
-    model_shape,
-    plan_memory,
-)
+from starpo.planning import activation_bytes_per_token, kv_cache_bytes, plan_memory
+from starpo.planning_fit import fitting_setting
+from starpo.planning_shapes import EpisodeShape, episode_shape, model_shape
 
 
 def _saved_bytes(model, tokens: int, autocast: bool) -> int:
@@ -73,7 +67,8 @@ def test_kv_cache_and_episode_length_match_a_lean_rollout(tiny_model_dir, monkey
     max_new_tokens: the worst case the estimate describes, reached."""
     from starpo.models import load_model
     from starpo.rollout import RolloutEngine
-    from starpo.rollout.lean_backend import KVStore, build_lean_backend
+    from starpo.rollout.lean_backend import build_lean_backend
+    from starpo.rollout.lean_kv_store import KVStore
 
     cfg = load_config(
         "cpu-tiny-smoke",
@@ -161,7 +156,7 @@ def test_train_refuses_a_config_over_the_machines_memory(
             raise AssertionError("the trainer was built")
 
     monkeypatch.setattr(loop, "Trainer", NoModelLoads)
-    monkeypatch.setattr(planning, "machine_memory", lambda: 2**20)  # 1 MiB
+    monkeypatch.setattr(planning_fit, "machine_memory", lambda: 2**20)  # 1 MiB
     out = tmp_path / "run"
     argv = [
         "train",
@@ -185,7 +180,7 @@ def test_plan_command_prints_the_parts_and_the_verdict(tiny_model_dir, monkeypat
     out = capsys.readouterr().out
     assert "policy weights (fp32 master)" in out and "KV cache" in out and "peak" in out
     assert out.strip().endswith("fits")
-    monkeypatch.setattr(planning, "machine_memory", lambda: 2**20)
+    monkeypatch.setattr(planning_fit, "machine_memory", lambda: 2**20)
     cli.main(["plan", "--config", "cpu-tiny-smoke", f"model.name={tiny_model_dir}"])
     assert "does not fit:" in capsys.readouterr().out
 

@@ -13,14 +13,9 @@ import pytest
 
 from starpo import recipe as recipe_module
 from starpo.errors import UserError
-from starpo.recipe import (
-    BUDGETED_STEPS,
-    RECIPES,
-    check_kept_settings,
-    format_results,
-    recipe_for,
-    run_recipe,
-)
+from starpo.recipe import BUDGETED_STEPS, check_kept_settings, run_recipe
+from starpo.recipe_methods import RECIPES, recipe_for
+from starpo.recipe_results import format_results
 
 
 @pytest.mark.slow

@@ -19,27 +19,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any
 
 import starpo.config_files as config_files
+from starpo.config_algorithm import AlgorithmConfig, FilterConfig, OptimConfig
 from starpo.config_fields import ConfigSection, config_root, plain, validated
 from starpo.config_fields import config_field as _f
 from starpo.config_fields import config_section as _section
 from starpo.config_fields import field_rules as field_rules  # re-exported: public API
 from starpo.config_fields import yaml_text as yaml_text  # re-exported: public API
+from starpo.config_rollout import RolloutConfig
 from starpo.defaults import DEFAULT_MODEL, VALIDATION_SEED_START, VALIDATION_SEEDS
 from starpo.diagnostics.settings import DiagnosticsConfig
 from starpo.errors import UserError
 from starpo.registry import (
     ADVANTAGE_ESTIMATORS,
-    FILTER_MODES,
-    GENERATION_BACKENDS,
-    KL_ESTIMATORS,
-    LOSS_AGGREGATIONS,
 )
-from starpo.rollout.engine import RolloutSettings
 
 PRESETS_DIR = Path(__file__).resolve().parent / "configs"  # shipped as package data
 
@@ -106,217 +102,6 @@ class EnvConfig(ConfigSection):
     @property
     def validation_kwargs(self) -> dict[str, Any]:
         return dict(self.kwargs if self.val_kwargs is None else self.val_kwargs)
-
-
-_EPISODE_SETTINGS = {f.name: f for f in dataclass_fields(RolloutSettings)}
-
-
-def _setting(name: str, help: str | None = None, **rules: Any) -> Any:
-    """Config field `rollout.<name>` as `RolloutSettings` (the one definition of the
-    per-episode settings) declares it; `help`/`rules` given here replace its own."""
-    declared = _EPISODE_SETTINGS[name]
-    own = {k: v for k, v in declared.metadata.items() if k != "help"}
-    return _f(declared.default, help or declared.metadata["help"], **(rules or own))
-
-
-class RolloutConfig(ConfigSection):
-    _prefix = "rollout"
-
-    num_groups: int = _f(8, "Env groups per step (distinct initial states).", ge=1)
-    group_size: int = _f(16, "Rollouts per group; all share one seed.", ge=1)
-    train_seed_start: int = _f(10000, "Training seeds count up from here.", ge=0)
-    workers: int = _f(
-        0,
-        "Ray rollout workers: each owns its envs and a replica of the policy, and plays a "
-        "share of the env groups; 0 = in-process (no Ray). See the ray section.",
-        ge=0,
-    )
-    backend: str = _f(
-        "auto",
-        "Generation backend (starpo.registry.GENERATION_BACKENDS): hf = the training model's "
-        "transformers forward with a KV cache per episode; lean = a lean decode loop for "
-        "Llama-shaped models (preallocated KV cache, fused projections); auto = lean on a "
-        "CPU when the model supports it, else hf.",
-        choices=GENERATION_BACKENDS,
-    )
-    dtype: str = _f(
-        "auto",
-        "Dtype rollouts decode in. auto = model.dtype's compute dtype, or bf16 on a CPU "
-        "with native bf16 (AVX512-BF16/AMX), where decoding is ~2-3x faster. Not fp32: the "
-        "trainer recomputes the PPO ratio's old log-probs (algorithm.recompute_old_logprobs) "
-        "and logs the gap as rollout/logprob_diff_*.",
-        choices=("auto", "fp32", "bf16", "float32", "bfloat16"),
-    )
-    # Per-episode settings: defined once, in starpo.rollout.engine.RolloutSettings.
-    max_turns: int = _setting("max_turns")
-    max_actions_per_turn: int = _setting("max_actions_per_turn")
-    max_actions_per_traj: int = _setting("max_actions_per_traj")
-    max_new_tokens: int = _setting("max_new_tokens")
-    max_response_words: int = _setting("max_response_words")
-    temperature: float = _setting(
-        "temperature",
-        "Sampling temperature of training rollouts, > 0: PPO needs the log-probs of the "
-        "distribution it samples from (greedy is for validation: trainer.val_temperature=0).",
-        gt=0.0,
-        why="greedy rollouts cannot train: the PPO ratio needs the sampling distribution's "
-        "log-probs; validation may be greedy with trainer.val_temperature=0",
-    )
-    top_p: float = _setting("top_p")
-    think: bool = _setting("think")
-    format_penalty: float = _setting("format_penalty")
-    format_reward: float = _setting("format_reward")
-    stop_at_answer: bool = _setting("stop_at_answer")
-    format_every_turn: bool = _setting("format_every_turn")
-    env_timeout_s: float = _setting("env_timeout_s")
-
-    def settings(self, *, temperature: float | None = None) -> RolloutSettings:
-        """The per-episode settings of the rollout engine (another sampling temperature for
-        validation)."""
-        values = {name: getattr(self, name) for name in _EPISODE_SETTINGS}
-        return RolloutSettings(
-            **(values if temperature is None else {**values, "temperature": temperature})
-        )
-
-
-class FilterConfig(ConfigSection):
-    _prefix = "filter"
-
-    enabled: bool = _f(False, "StarPO-S: train only on the groups whose rewards vary most.")
-    ratio: float = _f(
-        0.25, "Groups kept: max(1, round_half_up(ratio x num_groups)).", gt=0.0, le=1.0
-    )
-    mode: str = _f("top_std", "top_std (StarPO-S) or bottom_std (ablation).", choices=FILTER_MODES)
-
-
-class AlgorithmConfig(ConfigSection):
-    _prefix = "algorithm"
-
-    adv_estimator: str = _f(
-        "gae",
-        "gae: PPO with a critic; grpo: group-normalised reward; bi_level_gae: turn then "
-        "token, with a critic; gigpo: grpo plus step-level credit over recurring env states.",
-        choices=ADVANTAGE_ESTIMATORS,
-    )
-    gamma: float = _f(1.0, "GAE discount.", ge=0.0, le=1.0)
-    lam: float = _f(1.0, "GAE lambda.", ge=0.0, le=1.0)
-    gamma_turn: float = _f(0.95, "bi_level_gae: discount across turns.", ge=0.0, le=1.0)
-    lam_turn: float = _f(1.0, "bi_level_gae: lambda across turns.", ge=0.0, le=1.0)
-    gamma_token: float = _f(1.0, "bi_level_gae: discount within a turn.", ge=0.0, le=1.0)
-    lam_token: float = _f(1.0, "bi_level_gae: lambda within a turn.", ge=0.0, le=1.0)
-    whiten_advantages: bool = _f(True, "Whiten advantages over the masked tokens.")
-    grpo_eps: float = _f(1e-6, "GRPO, GiGPO: (R - mean) / (std + grpo_eps).", gt=0.0)
-    norm_by_std: bool = _f(
-        True,
-        "grpo, gigpo: divide by the group's reward std; false = only centre (Dr. GRPO, "
-        "GiGPO's mean-only variant).",
-    )
-    gamma_step: float = _f(
-        0.95, "gigpo: discount of a turn's return to the episode's end.", ge=0.0, le=1.0
-    )
-    step_weight: float = _f(1.0, "gigpo: A = A_episode + step_weight x A_step (0 = GRPO).", ge=0.0)
-    reward_placement: str = _f(
-        "trajectory",
-        "Reward on the last assistant token, or each turn's on that turn's last token "
-        "(gae only: bi_level_gae and gigpo always use per-turn rewards, grpo the "
-        "trajectory's).",
-        choices=("trajectory", "per_turn"),
-    )
-    clip_low: float = _f(0.2, "PPO clip: ratio >= 1 - clip_low.", ge=0.0)
-    clip_high: float = _f(0.28, "PPO clip: ratio <= 1 + clip_high (vanilla StarPO: 0.2).", ge=0.0)
-    dual_clip: float | None = _f(
-        3.0,
-        "Dual-clip c > 1: a negative advantage's loss is capped at -A x c (verl's "
-        "clip_ratio_c, always on in RAGEN); null = off.",
-        gt=1.0,
-        example=3.0,
-    )
-    loss_agg: str = _f(
-        "token_mean",
-        "token_mean: mean over all tokens; seq_mean_token_mean: mean per sequence, then over "
-        "sequences; seq_mean_token_sum: sum per sequence, then mean over sequences. Means "
-        "are over the whole mini-batch, whatever optim.micro_batch_size.",
-        choices=LOSS_AGGREGATIONS,
-    )
-    entropy_coef: float = _f(0.001, "Entropy bonus coefficient.", ge=0.0)
-    kl_coef: float = _f(0.0, "KL-to-reference coefficient; 0 = no reference model.", ge=0.0)
-    kl_estimator: str = _f(
-        "auto",
-        "Schulman's KL estimators: k1 = log-ratio, k2, k3 (verl's low_var_kl). auto = k3 "
-        "as a loss term, k1 in the reward. k1 as a loss has zero expected gradient: it "
-        "regularises nothing.",
-        choices=("auto", *KL_ESTIMATORS),
-    )
-    kl_in_reward: bool = _f(False, "Apply the KL as a reward penalty instead of a loss term.")
-    value_clip: float = _f(0.5, "Critic value clip range.", gt=0.0)
-    vf_coef: float = _f(1.0, "Critic loss coefficient.", ge=0.0)
-    recompute_old_logprobs: bool | None = _f(
-        None,
-        "Recompute the PPO ratio's old log-probs with the training model after the rollout "
-        "(as RAGEN/verl do) instead of using the rollout's; null = auto: on when rollout "
-        "and training numerics differ (model.dtype bf16).",
-        example=True,
-    )
-    tis_cap: float | None = _f(
-        None,
-        "Truncated importance sampling against the rollout/training mismatch: weight each "
-        "token's loss by min(pi_train_old / pi_rollout, tis_cap); needs recomputed old "
-        "log-probs. null = off.",
-        gt=0.0,
-        example=2.0,
-    )
-
-    @property
-    def kl_loss_estimator(self) -> str:
-        """The estimator in use: `kl_estimator`, or for auto k1 in the reward, k3 as a loss."""
-        if self.kl_estimator != "auto":
-            return self.kl_estimator
-        return "k1" if self.kl_in_reward else "k3"
-
-    @property
-    def uses_critic(self) -> bool:
-        return bool(ADVANTAGE_ESTIMATORS.info(self.adv_estimator).get("critic"))
-
-    @property
-    def uses_reference(self) -> bool:
-        return self.kl_coef > 0
-
-
-class OptimConfig(ConfigSection):
-    _prefix = "optim"
-
-    actor_lr: float = _f(1e-6, "Actor learning rate (AdamW; see lr_schedule).", gt=0.0)
-    critic_lr: float = _f(1e-5, "Critic learning rate.", gt=0.0)
-    weight_decay: float = _f(0.01, "AdamW weight decay.", ge=0.0)
-    betas: tuple[float, float] = _f((0.9, 0.999), "AdamW betas.")
-    grad_clip: float = _f(1.0, "Clip the gradient norm to this.", gt=0.0)
-    ppo_epochs: int = _f(1, "Policy updates per rollout batch; 1 = fully on-policy.", ge=1)
-    mini_batch_size: int = _f(32, "Trajectories per optimizer step.", ge=1)
-    micro_batch_size: int = _f(4, "Trajectories per forward/backward (memory only).", ge=1)
-    lr_warmup_steps: int = _f(
-        0, "Linear learning-rate warm-up over this many optimizer updates (0 = none).", ge=0
-    )
-    lr_schedule: str = _f(
-        "constant",
-        "After warm-up: constant (the paper) or cosine decay to min_lr_ratio x lr at the "
-        "last update.",
-        choices=("constant", "cosine"),
-    )
-    min_lr_ratio: float = _f(
-        0.0, "cosine: final learning rate / base learning rate.", ge=0.0, le=1.0
-    )
-    max_skipped_updates: int = _f(
-        5,
-        "Stop the run after this many consecutive updates skipped for a non-finite "
-        "(NaN/Inf) loss or gradient norm.",
-        ge=1,
-    )
-
-    def _check(self) -> None:
-        for i, beta in enumerate(self.betas):
-            if not 0.0 <= beta < 1.0:
-                raise UserError(
-                    f"optim.betas[{i}] must be in [0, 1), got {beta}; e.g. [0.9, 0.999]"
-                )
 
 
 class TrainerConfig(ConfigSection):

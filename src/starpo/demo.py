@@ -106,7 +106,7 @@ RECIPE_FLAGS = ("sft_episodes", "sft_epochs", "rl_minutes", "methods")
 
 
 def main(argv: list[str] | None = None) -> int:
-    from starpo.recipe import DEFAULT_METHODS, METHODS, RECIPES
+    from starpo.recipe_methods import DEFAULT_METHODS, METHODS, RECIPES
 
     recipe = RECIPES["sokoban"]  # the defaults shown in --help (frozenlake's are the same)
     parser = _Parser(description=__doc__.splitlines()[0])
@@ -193,7 +193,8 @@ def run(args: argparse.Namespace) -> int:
     if args.steps is not None:
         overrides.append(f"trainer.total_steps={args.steps}")
     if args.env is not None:
-        from starpo.recipe import DEFAULT_METHODS, run_recipe
+        from starpo.recipe import run_recipe
+        from starpo.recipe_methods import DEFAULT_METHODS
 
         name = f"runs/recipe-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}"
         run_recipe(

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from starpo.errors import UserError
-from starpo.logs import warn
+from starpo.planning_shapes import EpisodeShape, ModelShape, episode_shape, model_shape
 
 GiB = 2**30
 #: RSS of a Python process that has imported torch, transformers and starpo's trainer and
@@ -46,52 +46,6 @@ LAYER_BYTES_AUTOCAST = (30, 8, 4, 6)
 OUTSIDE_LAYER_BYTES = 9
 #: Adam's moments are fp32: 8 bytes per trainable parameter; gradients 4.
 ADAM_BYTES, GRAD_BYTES = 8, 4
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """What the estimate needs from a model's config (and its meta-device copy)."""
-
-    params: int
-    layers: int
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_dim: int  # kv_heads x head_dim
-    vocab: int
-    tied: bool = True  # the LM head is the input embedding
-    model_type: str | None = None
-    lora_params: int = 0  # adapter parameters under model.lora (0 without LoRA)
-
-    @property
-    def backbone_params(self) -> int:
-        """Parameters without the LM head (a critic's copy), counted once when tied."""
-        return self.params if self.tied else self.params - self.vocab * self.hidden
-
-    @property
-    def fused_params(self) -> int:
-        """The q/k/v and gate/up matrices the lean backend fuses into copies."""
-        h = self.hidden
-        return self.layers * (h * (h + 2 * self.kv_dim) + 2 * h * self.intermediate)
-
-
-@dataclass(frozen=True)
-class EpisodeShape:
-    """Token counts of the longest episode the rollout settings allow."""
-
-    prompt_tokens: int  # the first prompt, shared by a group
-    turn_tokens: int  # one later turn's observation chunk (turn end, user message, prefix)
-    response_tokens: int  # max_new_tokens
-    max_turns: int
-
-    @property
-    def max_length(self) -> int:
-        turns = self.max_turns
-        return self.prompt_tokens + turns * self.response_tokens + (turns - 1) * self.turn_tokens
-
-    @property
-    def max_response_tokens(self) -> int:
-        return self.max_turns * self.response_tokens
 
 
 @dataclass
@@ -116,76 +70,6 @@ class MemoryPlan:
     @property
     def peak_phase(self) -> str:
         return "rollout" if sum(self.rollout.values()) > sum(self.update.values()) else "update"
-
-
-# ---- the model and the episodes ------------------------------------------------------------
-
-
-def model_shape(name: str, lora: Any = None) -> ModelShape:
-    """The shape of model `name` from its config.json; parameters counted on the meta
-    device, so nothing is read but the config (the default model is converted on first use,
-    as `starpo train` would)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from starpo.models.loading import _from_source, resolve_source
-
-    config = _from_source(AutoConfig.from_pretrained, resolve_source(name))
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    params = sum(p.numel() for p in model.parameters())
-    heads = config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    lora_params = 0
-    if lora is not None and lora.enabled:
-        from peft import LoraConfig, get_peft_model
-
-        adapters = LoraConfig(
-            r=lora.rank, lora_alpha=lora.alpha, target_modules=lora.target_modules
-        )
-        wrapped = get_peft_model(model, adapters)
-        lora_params = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
-    return ModelShape(
-        params=params,
-        layers=config.num_hidden_layers,
-        hidden=config.hidden_size,
-        intermediate=getattr(config, "intermediate_size", 4 * config.hidden_size),
-        heads=heads,
-        kv_dim=kv_heads * head_dim,
-        vocab=config.vocab_size,
-        tied=bool(getattr(config, "tie_word_embeddings", False)),
-        model_type=getattr(config, "model_type", None),
-        lora_params=lora_params,
-    )
-
-
-def episode_shape(cfg: Any, tokenizer: Any, env_id: str, env_kwargs: dict) -> EpisodeShape:
-    """The longest episode of `env_id` under the rollout settings: its real first prompt
-    (seed 0), and a later turn's chunk with the same observation length."""
-    from starpo.envs import make
-    from starpo.rollout import prompts
-    from starpo.rollout.chat import ChatTokens
-
-    s = cfg.rollout
-    env = make(env_id, **env_kwargs)
-    state, _ = env.reset(seed=0)
-    chat = ChatTokens(tokenizer, prompts.generation_prefix(s.think))
-    common = dict(
-        actions_left=s.max_actions_per_traj, think=s.think, max_response_words=s.max_response_words
-    )
-    first = prompts.first_user_message(
-        env, state, max_actions_per_turn=s.max_actions_per_turn, **common
-    )
-    later = prompts.next_user_message(
-        s.max_turns, -10.0, state, remind=s.format_every_turn, **common
-    )
-    return EpisodeShape(
-        prompt_tokens=len(chat.first_prompt(prompts.SYSTEM_PROMPT, first)),
-        turn_tokens=len(chat.next_turn(later)),
-        response_tokens=s.max_new_tokens,
-        max_turns=s.max_turns,
-    )
 
 
 # ---- the estimate -----------------------------------------------------------------------------
@@ -248,7 +132,7 @@ def runtime_for(cfg: Any, model_type: str | None) -> Runtime:
 
     from starpo.models.loading import resolve_device
     from starpo.models.precision import compute_dtype, rollout_dtype
-    from starpo.rollout.lean_backend import LEAN_MODEL_TYPES
+    from starpo.rollout.lean_decoder import LEAN_MODEL_TYPES
     from starpo.rollout.linear_kernels import onednn_applies
 
     device = resolve_device(cfg.model.device)
@@ -417,148 +301,6 @@ def plan_config(cfg: Any) -> ConfigPlan:
     return ConfigPlan(cfg, shape, train, val, plan_memory(cfg, shape, train, val))
 
 
-# ---- the machine, and a setting that fits ------------------------------------------------------
-
-
-def machine_memory() -> int:
-    """Bytes of memory this process may use: the RAM (MemTotal), or the cgroup's limit
-    when a container sets a lower one."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            text = Path(limit_file).read_text().strip()
-        except OSError:
-            continue
-        if text.isdigit():
-            total = min(total, int(text))
-    return total
-
-
-def _with(cfg: Any, overrides: dict[str, Any]) -> Any | None:
-    """`cfg` with dotted overrides applied, or None when the result is not a valid config."""
-    from starpo.config import config_from_dict, config_to_dict
-
-    data = config_to_dict(cfg)
-    for dotted, value in overrides.items():
-        section, key = dotted.split(".")
-        data[section][key] = value
-    try:
-        return config_from_dict(data)
-    except (UserError, ValueError):
-        return None
-
-
-def _candidates(cfg: Any) -> list[dict[str, Any]]:
-    """Settings that lower the peak, the ones that leave results unchanged first:
-    smaller micro-batches (same gradients), gradient checkpointing (same gradients),
-    fewer validation episodes at once (same episodes), then a smaller rollout."""
-    mini, micro = cfg.optim.mini_batch_size, cfg.optim.micro_batch_size
-    smaller_micro = [m for m in range(micro - 1, 0, -1) if mini % m == 0]
-    steps: list[dict[str, Any]] = [{"optim.micro_batch_size": m} for m in smaller_micro]
-    if not cfg.model.gradient_checkpointing:
-        steps.append({"model.gradient_checkpointing": True})
-        steps += [
-            {"optim.micro_batch_size": m, "model.gradient_checkpointing": True}
-            for m in smaller_micro
-        ]
-    least_micro = {"optim.micro_batch_size": smaller_micro[-1]} if smaller_micro else {}
-    val = cfg.trainer.val_batch_size
-    while val > 1:
-        val //= 2
-        steps.append(
-            {**least_micro, "model.gradient_checkpointing": True, "trainer.val_batch_size": val}
-        )
-    return steps
-
-
-def fitting_setting(
-    cfg: Any, shape: ModelShape, train: EpisodeShape, val: EpisodeShape, available: int
-) -> tuple[dict[str, Any], MemoryPlan] | None:
-    """The first of `_candidates` whose estimate fits in `available` bytes (with the plan),
-    or None when none does."""
-    for overrides in _candidates(cfg):
-        changed = _with(cfg, overrides)
-        if changed is None:
-            continue
-        plan = plan_memory(changed, shape, train, val)
-        if plan.peak <= available:
-            return overrides, plan
-    return None
-
-
-def format_overrides(overrides: dict[str, Any]) -> str:
-    return " ".join(
-        f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in overrides.items()
-    )
-
-
-def _gb(n: int) -> str:
-    return f"{n / GiB:.2f} GiB"
-
-
-def format_plan(planned: ConfigPlan, available: int) -> str:
-    """The estimate part by part, the peak against the machine, and a setting that fits."""
-    plan, cfg = planned.plan, planned.cfg
-    width = max(len(k) for part in (plan.held, plan.rollout, plan.update) for k in part) + 2
-    lines = [
-        f"memory plan for {cfg.model.name} on {cfg.env.id} (worst case: every episode "
-        f"{planned.train.max_turns} turns of {planned.train.response_tokens} new tokens)"
-    ]
-    for title, part in (
-        ("held all run", plan.held),
-        ("rollout phase", plan.rollout),
-        ("update phase", plan.update),
-    ):
-        if part:
-            lines.append(f"{title}:")
-            lines += [f"  {k:<{width}}{_gb(v):>10}" for k, v in part.items()]
-    for name, (count, each) in plan.processes.items():
-        lines.append(f"{name} x {count}: {_gb(each)} each")
-    lines += [f"note: {note}" for note in plan.notes]
-    disk = checkpoint_size(cfg, planned.shape)
-    lines.append(f"one checkpoint on disk: {_gb(disk)} ({cfg.trainer.checkpoint_contents})")
-    lines.append(
-        f"peak (in the {plan.peak_phase} phase): {_gb(plan.peak)}; this machine: {_gb(available)}"
-    )
-    if plan.peak <= available:
-        lines.append("fits")
-    else:
-        lines.append(f"does not fit: {advice(planned, available)}")
-    return "\n".join(lines)
-
-
-def advice(planned: ConfigPlan, available: int) -> str:
-    """A setting that fits, with its estimate, or what to change when none of ours does."""
-    found = fitting_setting(planned.cfg, planned.shape, planned.train, planned.val, available)
-    if found is None:
-        return (
-            "no micro-batch, checkpointing or validation batch setting fits; use fewer "
-            "rollout.num_groups, a shorter rollout.max_turns or max_new_tokens, "
-            "model.lora.enabled=true, or a larger machine"
-        )
-    overrides, plan = found
-    return f"e.g. {format_overrides(overrides)} (estimated {_gb(plan.peak)})"
-
-
-def check_fits(cfg: Any) -> None:
-    """A one-line UserError when the config's estimated peak exceeds this machine's memory
-    (`starpo train`, before any model loads)."""
-    available = machine_memory()
-    try:
-        planned = plan_config(cfg)
-    except UserError:
-        raise  # the model or env cannot be found: training would fail the same way
-    except Exception as exc:  # a model shape the estimate does not know: train anyway
-        warn(f"memory check skipped: no estimate for this model ({exc})", "starpo.plan")
-        return
-    if planned.plan.peak > available:
-        raise UserError(
-            f"this config's estimated peak memory is {_gb(planned.plan.peak)}, more than this "
-            f"machine's {_gb(available)}; {advice(planned, available)}. `starpo plan` shows "
-            "the parts; trainer.memory_check=false skips this check"
-        )
-
-
 def trainable_parameters(cfg: Any, shape: ModelShape) -> int:
     """Parameters the optimizer updates: the policy's (or its LoRA adapters) and, with a
     critic, the critic's backbone (or adapters) and value head."""
@@ -569,11 +311,16 @@ def trainable_parameters(cfg: Any, shape: ModelShape) -> int:
     return actor + (shape.lora_params if lora else shape.backbone_params) + shape.hidden + 1
 
 
+def checkpoint_bytes(trainable: int, contents: str) -> int:
+    """Bytes of one checkpoint of `trainable` parameters on disk: the fp32 weights, plus
+    AdamW's two fp32 moments unless trainer.checkpoint_contents=weights (the measured save
+    of the 135M model was within 1% of it)."""
+    return (4 + ADAM_BYTES if contents == "full" else 4) * trainable
+
+
 def checkpoint_size(cfg: Any, shape: ModelShape) -> int:
-    """Bytes of one checkpoint on disk: the fp32 trainable weights, plus AdamW's two moments
-    unless trainer.checkpoint_contents=weights (`Trainer.checkpoint_estimate` after build)."""
-    per_parameter = 12 if cfg.trainer.checkpoint_contents == "full" else 4
-    return per_parameter * trainable_parameters(cfg, shape)
+    """`checkpoint_bytes` of the config's model, from its shape alone."""
+    return checkpoint_bytes(trainable_parameters(cfg, shape), cfg.trainer.checkpoint_contents)
 
 
 def planned_checkpoint_size(cfg: Any) -> int | None:

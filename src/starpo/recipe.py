@@ -34,70 +34,22 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from starpo.errors import UserError
+from starpo.recipe_methods import (
+    DEFAULT_METHODS,
+    METHODS,
+    Recipe,
+    check_methods,
+    recipe_for,
+)
+from starpo.recipe_results import format_results, rl_label, sft_label, stage_minutes
 
 RESULTS_FILE = "results.json"
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """One env's recipe: the RL preset and the size of the SFT stage (see the presets'
-    comments for why these values)."""
-
-    env: str
-    preset: str  # shipped config of the RL stage; its rollout section shapes SFT and evals
-    sft_episodes: int  # solver episodes from training seeds
-    sft_epochs: int
-    sft_lr: float
-    eval_seeds: int = 256  # validation seeds of every row (the issue's 256)
-    rl_minutes: float | None = None  # the RL stage's trainer.max_minutes (None: its steps)
-    base_think_tokens: int = 128  # the base model's think-variant budget per turn ...
-    base_think_seeds: int = 64  # ... and seeds: it writes ~10x the tokens of the others
-
-
-# SFT lr 2e-4 for 3 epochs (46-69 AdamW steps of 8 dialogues, cosine): on Sokoban's 200
-# solver dialogues the validation turn accuracy (replies exactly the solver's) reached
-# 25.2%, 53.0%, 63.5% after epochs 1-3 and was still rising; at 2e-5 it stalled at 38.3%
-# after 2 epochs and the model played at the random policy's level (11.3% success).
-RECIPES: dict[str, Recipe] = {
-    "sokoban": Recipe("sokoban", "cpu-sokoban-sft-starpo-s", 200, 3, 2e-4),
-    "frozenlake": Recipe("frozenlake", "cpu-frozenlake-sft-starpo-s", 200, 3, 2e-4),
-}
-
-
-@dataclass(frozen=True)
-class Method:
-    """An RL method of the recipe's RL stage: the preset plus `overrides`."""
-
-    label: str  # its row is "SFT + <label>"
-    overrides: tuple[str, ...]
-
-
-#: The RL methods, by the name `--methods` takes; all keep the preset's StarPO-S settings.
-METHODS: dict[str, Method] = {
-    "grpo": Method("GRPO", ("algorithm.adv_estimator=grpo",)),
-    "gigpo": Method("GiGPO", ("algorithm.adv_estimator=gigpo",)),
-    # The critic doubles the update's activations: 4 episodes a micro-batch fit 24 GB
-    # (starpo plan: 15.3 GiB against 25.2 at 8); the gradients do not depend on it.
-    "ppo": Method("PPO", ("algorithm.adv_estimator=bi_level_gae", "optim.micro_batch_size=4")),
-}
-DEFAULT_METHODS = ("grpo",)
-
-
-def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
-    """The names, each known and once; a one-line UserError otherwise."""
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown or not methods:
-        raise UserError(
-            f"--methods takes one or more of {', '.join(METHODS)}, got "
-            f"{' '.join(unknown) if unknown else 'none'}"
-        )
-    return tuple(dict.fromkeys(methods))
 
 
 #: trainer.total_steps of an RL stage given --rl-minutes: more than any budget fits, so the
@@ -113,15 +65,6 @@ FLAGS = {
     "rl_minutes": "--rl-minutes",
     "rl_steps": "trainer.total_steps",
 }
-
-
-def recipe_for(env_id: str) -> Recipe:
-    if env_id not in RECIPES:
-        raise UserError(
-            f"no multi-turn recipe for env {env_id!r}; choose one of: {', '.join(RECIPES)} "
-            "(or run `starpo sft` and `starpo train` yourself)"
-        )
-    return RECIPES[env_id]
 
 
 # ---------------------------------------------------------------------------- stages
@@ -395,82 +338,8 @@ def run_recipe(
         "overrides": asked,
         "rl_runs": ran,
         "rows": rows,
-        "minutes": _minutes(out),
+        "minutes": stage_minutes(out),
     }
     (out / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     print(format_results(results))
     return results
-
-
-def _number(value: float) -> str:
-    """2e-4 as "2e-4", 1.5e-5 as "1.5e-5": an lr as people write it."""
-    mantissa, exponent = f"{value:e}".split("e")
-    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
-
-
-def sft_label(recipe: Recipe) -> str:
-    """E.g. "SFT (400 solver episodes, 5 epochs, lr 2e-4)"."""
-    epochs = f"{recipe.sft_epochs} epoch{'s' * (recipe.sft_epochs != 1)}"
-    return f"SFT ({recipe.sft_episodes} solver episodes, {epochs}, lr {_number(recipe.sft_lr)})"
-
-
-def rl_label(label: str, rl: dict[str, Any], budget: float | None) -> str:
-    """E.g. "SFT + GiGPO (37 steps, 30.2 of 30 min)": the steps it ran and its training
-    minutes (of the --rl-minutes budget); a record from before those were kept: none."""
-    steps, minutes = rl.get("steps"), rl.get("train_minutes")
-    if steps is None or minutes is None:
-        return f"SFT + {label}"
-    spent = f"{minutes:.1f} of {budget:g} min" if budget else f"{minutes:.1f} min"
-    return f"SFT + {label} ({steps} step{'s' * (steps != 1)}, {spent})"
-
-
-def _minutes(out: Path) -> dict[str, float]:
-    """Minutes of every finished stage, by stage name."""
-    minutes = {}
-    for record in sorted(out.glob("**/stage.json")):
-        kept = json.loads(record.read_text(encoding="utf-8"))
-        minutes[kept["stage"]] = kept["minutes"]
-    return minutes
-
-
-def _against(row: dict[str, Any], base: dict[str, Any]) -> str:
-    """Where `row`'s 95% interval lies against `base`'s: above, below, or overlapping."""
-    if row["success_ci95_low"] > base["success_ci95_high"]:
-        return "above both 95% intervals"
-    if row["success_ci95_high"] < base["success_ci95_low"]:
-        return "below both 95% intervals"
-    return "the 95% intervals overlap"
-
-
-def format_results(results: dict[str, Any]) -> str:
-    """The recipe's table: success with 95% intervals per row, RL's own contribution, and
-    where the time went."""
-    rows = results["rows"]
-    labels = {name: row.get("label", name) for name, row in rows.items()}
-    width = max(16, *(len(label) + 2 for label in labels.values()))
-    lines = [
-        f"{results['env']}: validation seeds from {results['val_seed_start']}, "
-        f"preset {results['preset']}",
-        f"{'policy':<{width}}{'episodes':>9}{'success':>9}  {'95% CI':<17}{'format ok':>10}",
-    ]
-    for name, row in rows.items():
-        interval = f"{row['success_ci95_low']:.1%} - {row['success_ci95_high']:.1%}"
-        lines.append(
-            f"{labels[name]:<{width}}{row['num_episodes']:>9}{row['success']:>9.1%}  "
-            f"{interval:<17}{row['format_ok']:>10.1%}"
-        )
-    sft = rows.get("SFT")
-    for name, rl in rows.items():
-        if sft is None or not name.startswith("SFT + "):
-            continue
-        gain = rl["success"] - sft["success"]
-        lines.append(
-            f"{name[len('SFT + ') :]}'s own contribution: {gain:+.1%} ({_against(rl, sft)})"
-        )
-    spent = results["minutes"]
-    lines.append(
-        "minutes: "
-        + ", ".join(f"{name} {m:.1f}" for name, m in spent.items())
-        + f"; total {sum(spent.values()):.1f}"
-    )
-    return "\n".join(lines)

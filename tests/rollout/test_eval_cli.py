@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from starpo.cli import _rollout_settings_from_args, parse_args
+from starpo.cli import parse_args
+from starpo.cli_eval import _rollout_settings_from_args
 from starpo.rollout.engine import RolloutSettings
 from starpo.rollout.evaluate import NO_THINK_MAX_NEW_TOKENS, EvalProgress, evaluate_model
 from starpo.stats import pass_at_k

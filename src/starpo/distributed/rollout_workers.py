@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from starpo.config_episode import RolloutSettings
 from starpo.distributed.cluster import (
     first_line,
     import_ray,
@@ -33,7 +34,6 @@ from starpo.distributed.cluster import (
     wait_started,
 )
 from starpo.errors import UserError
-from starpo.rollout.engine import RolloutSettings
 from starpo.types import Trajectory
 
 log = logging.getLogger("starpo.distributed")

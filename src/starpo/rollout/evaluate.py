@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from starpo.config_episode import RolloutSettings
 from starpo.evaluation import summarise
 from starpo.rollout.backend import (
     Generation,
@@ -14,7 +15,7 @@ from starpo.rollout.backend import (
     GenerationRequest,
     SamplingParams,
 )
-from starpo.rollout.engine import RolloutEngine, RolloutSettings
+from starpo.rollout.engine import RolloutEngine
 from starpo.types import Trajectory
 
 #: A turn's token budget without a think block: the turn is only an answer (five actions

@@ -132,7 +132,7 @@ def add_sft_parser(subparsers: Any) -> argparse.ArgumentParser:
 def _add_layout_flags(group: Any) -> None:
     """One flag per layout setting, with `RolloutSettings`' help; default None = from
     --config, else the setting's default."""
-    from starpo.rollout.engine import RolloutSettings
+    from starpo.config_episode import RolloutSettings
 
     for f in fields(RolloutSettings):
         if f.name not in LAYOUT_SETTINGS:
@@ -146,8 +146,8 @@ def _add_layout_flags(group: Any) -> None:
 
 def resolve(args: argparse.Namespace) -> dict[str, Any]:
     """`run_sft` keyword arguments from the flags, then --config, then defaults."""
+    from starpo.config_episode import RolloutSettings, check_settings
     from starpo.defaults import DEFAULT_MODEL
-    from starpo.rollout.engine import RolloutSettings, check_settings
     from starpo.sft.options import TrainOptions
 
     values: dict[str, Any] = {}

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from starpo import runs
+from starpo.config_episode import RolloutSettings
 from starpo.defaults import DEFAULT_MODEL
 from starpo.errors import UserError
 from starpo.logs import console_logger, warn
-from starpo.rollout.engine import RolloutSettings
 from starpo.sft.data import (
     SOLVER_SEED_START,
     LoadedRecords,

@@ -23,7 +23,7 @@ from starpo.errors import UserError
 from starpo.logs import console_logger, warn
 from starpo.memory import keep_freed_memory, release_free_memory
 from starpo.models.precision import compute_dtype, precision_for, rollout_dtype
-from starpo.planning import planned_checkpoint_size
+from starpo.planning import checkpoint_bytes, planned_checkpoint_size
 from starpo.registry import GENERATION_BACKENDS
 from starpo.rollout.engine import RolloutEngine
 from starpo.rollout.evaluate import ModelEvalResult, play_seeds
@@ -504,12 +504,10 @@ class Trainer:
 
     # ----------------------------------------------------------------- checkpoints
     def checkpoint_estimate(self) -> int:
-        """Bytes of one checkpoint: fp32 trainable weights of actor and critic, plus AdamW's
-        two moments for each unless trainer.checkpoint_contents=weights (the measured save
-        of the 135M model was within 1% of it)."""
+        """`checkpoint_bytes` of the built actor and critic's trainable parameters."""
         modules = [m for m in (self.models.actor, self.models.critic) if m is not None]
-        copies = 3 if self.cfg.trainer.checkpoint_contents == "full" else 1
-        return 4 * copies * sum(p.numel() for m in modules for p in trainable_parameters(m))
+        trainable = sum(p.numel() for m in modules for p in trainable_parameters(m))
+        return checkpoint_bytes(trainable, self.cfg.trainer.checkpoint_contents)
 
     def checkpoint_state(self, step: int) -> dict[str, Any]:
         """What a checkpoint holds: the trainable weights (frozen ones and the reference
