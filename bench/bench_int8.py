@@ -23,7 +23,8 @@ import warnings
 
 import torch
 
-from starpo.rollout.lean_backend import LeanBackend, LeanLlama
+from starpo.rollout.lean_backend import LeanBackend
+from starpo.rollout.lean_decoder import LeanLlama
 from starpo.rollout.linear_kernels import _onednn_linear, pack_weight
 
 SHAPES = {"qkv": (960, 576), "gate_up": (3072, 576), "down": (576, 1536)}

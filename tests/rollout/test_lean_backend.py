@@ -13,7 +13,9 @@ from starpo.registry import GENERATION_BACKENDS
 from starpo.rollout import RolloutEngine, RolloutSettings, hf_backend
 from starpo.rollout.backend import GenerationRequest, SamplingParams
 from starpo.rollout.hf_backend import HFBackend, common_prefix_length, inverse_cdf_sample
-from starpo.rollout.lean_backend import KVStore, LeanBackend, lean_support
+from starpo.rollout.lean_backend import LeanBackend
+from starpo.rollout.lean_decoder import lean_support
+from starpo.rollout.lean_kv_store import KVStore
 from starpo.rollout.linear_kernels import onednn_applies, pick_linear
 
 PROMPTS = [[1, 5, 7, 9, 11] * 4, [1, 5, 7, 9, 11] * 4, [2, 3, 4], [2, 3, 4, 8, 8, 8, 8]]
