@@ -22,7 +22,8 @@ def test_registry_and_config_import_without_torch():
 
 
 def test_names_resolve_to_the_implementations():
-    from starpo.algorithms import advantages, losses
+    from starpo.algorithms import estimators as advantages
+    from starpo.algorithms import losses
 
     assert registry.ADVANTAGE_ESTIMATORS["grpo"] is advantages.grpo_estimator
     assert registry.KL_ESTIMATORS["k3"] is losses.kl_k3
@@ -55,7 +56,7 @@ def test_an_extension_is_one_registration(monkeypatch):
     for name in registry.ADVANTAGE_ESTIMATORS:
         adv.register(name, registry.ADVANTAGE_ESTIMATORS[name])
     adv.register("constant", constant_estimator, critic=False)
-    monkeypatch.setattr("starpo.algorithms.advantages.ADVANTAGE_ESTIMATORS", adv)
+    monkeypatch.setattr("starpo.algorithms.estimators.ADVANTAGE_ESTIMATORS", adv)
     mask = torch.ones(2, 3)
     advantages, returns = compute_advantages("constant", AdvantageInputs(mask=mask))
     assert torch.equal(advantages, mask * 2.0) and returns is None

@@ -82,7 +82,7 @@ def _registry(kind: str, entries: dict[str, tuple[str, dict[str, Any]]]) -> Regi
     return registry
 
 
-_ADV = "starpo.algorithms.advantages"
+_ADV = "starpo.algorithms.estimators"
 _LOSS = "starpo.algorithms.losses"
 
 #: (inputs, params) -> (advantages, returns). info: critic = needs a value model; groups =

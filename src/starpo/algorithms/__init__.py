@@ -8,16 +8,18 @@ KL_ESTIMATORS, FILTER_MODES).
 from __future__ import annotations
 
 from starpo.algorithms.advantages import (
-    ADVANTAGE_ESTIMATORS,
-    AdvantageInputs,
-    AdvantageParams,
     bi_level_gae,
-    compute_advantages,
     gae_advantages,
     gigpo_advantages,
     group_normalise,
     grpo_advantages,
     recurring_turn_share,
+)
+from starpo.algorithms.estimators import (
+    ADVANTAGE_ESTIMATORS,
+    AdvantageInputs,
+    AdvantageParams,
+    compute_advantages,
 )
 from starpo.algorithms.filtering import FILTER_MODES, FilterResult, filter_groups, num_kept
 from starpo.algorithms.head import head_logprobs
