@@ -160,3 +160,24 @@ def test_config_layer_imports_nothing_above_it():
         for module in config_modules
     }
     assert not any(above.values()), f"config modules import layers above them: {above}"
+
+
+#: What the layers under the training loops must not import: compute/ (what a model computes
+#: on a batch) sits below both SFT and the trainer, and SFT trains on it without the
+#: trainer's internals (README, "Project layout").
+LAYERS_BELOW = {
+    "starpo.compute": ("starpo.trainer", "starpo.sft", "starpo.distributed", "starpo.rollout"),
+    "starpo.sft": ("starpo.trainer",),
+}
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS_BELOW))
+def test_layer_imports_nothing_above_it(layer):
+    graph = import_graph()
+    modules = [m for m in graph if m == layer or m.startswith(layer + ".")]
+    assert modules, f"no modules found under {layer}"
+    above = {
+        module: sorted(t for t in graph[module] if t.startswith(LAYERS_BELOW[layer]))
+        for module in modules
+    }
+    assert not any(above.values()), f"{layer} imports layers above it: {above}"
