@@ -33,9 +33,7 @@ from starpo.config_rollout import RolloutConfig
 from starpo.defaults import DEFAULT_MODEL, VALIDATION_SEED_START, VALIDATION_SEEDS
 from starpo.diagnostics.settings import DiagnosticsConfig
 from starpo.errors import UserError
-from starpo.registry import (
-    ADVANTAGE_ESTIMATORS,
-)
+from starpo.registry import ADVANTAGE_ESTIMATORS, METRIC_SINKS
 
 PRESETS_DIR = Path(__file__).resolve().parent / "configs"  # shipped as package data
 
@@ -147,6 +145,12 @@ class TrainerConfig(ConfigSection):
     log_trajectories: int = _f(8, "Trajectories per step written as JSONL samples.", ge=0)
     tensorboard: bool = _f(True, "Write TensorBoard event files.")
     wandb: bool = _f(False, "Log to Weights & Biases.")
+    sinks: list[str] = _f(
+        [],
+        "More metric sinks by name, beside metrics.jsonl: each gets every step's metrics "
+        "(starpo.registry.METRIC_SINKS, or a package's starpo.metric_sinks entry point).",
+        example=["tensorboard"],
+    )
     wandb_project: str = _f("starpo", "Weights & Biases project.")
     wandb_mode: str = _f(
         "offline", "Weights & Biases mode.", choices=("online", "offline", "disabled")
@@ -167,6 +171,20 @@ class TrainerConfig(ConfigSection):
         "When the collapse detector fires: warn, stop, or rollback to the last good checkpoint.",
         choices=("warn", "stop", "rollback"),
     )
+
+    def _check(self) -> None:
+        for name in self.sinks:
+            if name not in METRIC_SINKS:
+                raise UserError(
+                    f"trainer.sinks: unknown metric sink {name!r}; valid: "
+                    f"{', '.join(METRIC_SINKS)} (or install a package that registers it "
+                    "under the starpo.metric_sinks entry point)"
+                )
+
+    def sink_names(self) -> list[str]:
+        """Every mirror sink the run writes: tensorboard / wandb when on, then `sinks`."""
+        named = ["tensorboard"] * self.tensorboard + ["wandb"] * self.wandb + list(self.sinks)
+        return list(dict.fromkeys(named))
 
 
 class RayConfig(ConfigSection):
@@ -290,6 +308,14 @@ def _divisor_below(n: int, limit: int) -> int:
 
 
 # ------------------------------------------------- the public API, bound to TrainConfig
+
+
+def apply_changes(cfg: TrainConfig, changes: Mapping[str, Mapping[str, Any]]) -> None:
+    """Set `{section: {key: value}}` on a live config (a collapse rollback's changes,
+    which checkpoints carry and a resume applies again)."""
+    for section, values in changes.items():
+        for key, value in values.items():
+            setattr(getattr(cfg, section), key, value)
 
 
 def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:

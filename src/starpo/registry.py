@@ -9,13 +9,25 @@ so this module (and the config, whose choices and checks read it) never imports 
     ADVANTAGE_ESTIMATORS["gae"]         # the function itself (imports its module)
     "gae" in ADVANTAGE_ESTIMATORS       # a name check, no import
 
-Adding one to starpo is one edit: its function, plus its line below.
+Adding one to starpo is one edit: its function, plus its line below. Adding one from
+your own package is one line of its pyproject.toml: each registry reads the entry-point
+group `starpo.<registry>` (e.g. `starpo.advantage_estimators`, `starpo.generation_backends`,
+`starpo.metric_sinks`; envs use `starpo.envs`, see `starpo.envs.registry`), the entry-point
+name being the name to select and its value the "module:attribute" to import:
+
+    [project.entry-points."starpo.advantage_estimators"]
+    my_adv = "my_package.adv:my_estimator"
+
+Facts the config needs (`info`, e.g. critic=True) come from the object's `registry_info`
+dict attribute for an entry point (importing it), or from `register`'s keywords.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Iterator, Mapping
+from importlib.metadata import entry_points
 from typing import Any
 
 from starpo.errors import closest_match
@@ -29,24 +41,46 @@ class Registry(Mapping[str, Any]):
     the implementation (e.g. whether an advantage estimator needs a critic).
     """
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, group: str | None = None) -> None:
         self.kind = kind  # e.g. "advantage estimator", used in messages
+        self.group = group  # the entry-point group plugins register under
         self._targets: dict[str, str | Any] = {}
-        self._info: dict[str, dict[str, Any]] = {}
+        self._info: dict[str, dict[str, Any] | None] = {}  # None: read registry_info
         self._loaded: dict[str, Any] = {}
+        self._scanned = group is None
+
+    def _scan(self) -> None:
+        """Add the entry points of `group` once, on first use (names not taken already:
+        starpo's own entries and `register` calls win)."""
+        if self._scanned:
+            return
+        self._scanned = True
+        for point in installed_entry_points(self.group):
+            if point.name not in self._targets:
+                self._targets[point.name] = point.value
+                self._info[point.name] = None
 
     def register(self, name: str, target: str | Any, **info: Any) -> None:
         """Add `name` (a "module:attribute" string or the object itself) with its facts."""
+        self._scan()
         if name in self._targets:
             raise ValueError(f"{self.kind} {name!r} is already registered")
         self._targets[name] = target
         self._info[name] = info
 
+    def unregister(self, name: str) -> None:
+        """Remove `name` (a plugin's registration, e.g. at the end of a test)."""
+        self._check(name)
+        for table in (self._targets, self._info, self._loaded):
+            table.pop(name, None)
+
     def info(self, name: str) -> dict[str, Any]:
         self._check(name)
-        return dict(self._info[name])
+        info = self._info[name]
+        return dict(getattr(self[name], "registry_info", {}) if info is None else info)
 
     def _check(self, name: str) -> None:
+        self._scan()
         if name not in self._targets:
             guess = closest_match(str(name), list(self._targets))
             hint = f"; did you mean {guess!r}?" if guess else ""
@@ -63,20 +97,30 @@ class Registry(Mapping[str, Any]):
         return self._loaded[name]
 
     def __contains__(self, name: object) -> bool:
+        self._scan()
         return name in self._targets  # no import
 
     def __iter__(self) -> Iterator[str]:
+        self._scan()
         return iter(self._targets)
 
     def __len__(self) -> int:
+        self._scan()
         return len(self._targets)
 
     def names(self) -> tuple[str, ...]:
+        self._scan()
         return tuple(self._targets)
 
 
+@functools.cache
+def installed_entry_points(group: str) -> tuple[Any, ...]:
+    """The installed packages' entry points of `group` (read once per process)."""
+    return tuple(entry_points(group=group))
+
+
 def _registry(kind: str, entries: dict[str, tuple[str, dict[str, Any]]]) -> Registry:
-    registry = Registry(kind)
+    registry = Registry(kind, "starpo." + kind.lower().replace(" ", "_") + "s")
     for name, (target, info) in entries.items():
         registry.register(name, target, **info)
     return registry
@@ -138,6 +182,17 @@ GENERATION_BACKENDS = _registry(
         "auto": ("starpo.rollout.lean_backend:build_auto_backend", {}),
         "hf": ("starpo.rollout.hf_backend:build_hf_backend", {}),
         "lean": ("starpo.rollout.lean_backend:build_lean_backend", {}),
+    },
+)
+
+#: (run_dir, *, config, resume) -> a metrics sink (`starpo.trainer.sinks.Sink`: log,
+#: truncate_after, close). metrics.jsonl is always written; these are mirrors, chosen
+#: with trainer.sinks (trainer.tensorboard / trainer.wandb select the first two).
+METRIC_SINKS = _registry(
+    "metric sink",
+    {
+        "tensorboard": ("starpo.trainer.sinks:tensorboard_sink", {}),
+        "wandb": ("starpo.trainer.sinks:wandb_sink", {}),
     },
 )
 

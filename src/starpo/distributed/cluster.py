@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -35,6 +37,23 @@ def first_line(exc: BaseException) -> str:
     one-line error quotes from Ray, gloo or a dead actor."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def ship_with_code(obj: Any) -> None:
+    """Make Ray send the code of `obj`'s module along with it (by value) when its workers
+    may be unable to import that module: code outside starpo and outside installed
+    packages (a script, a notebook, a test, a project that is not pip-installed). A plugin
+    env or backend factory defined there then reaches the workers as it is."""
+    name = getattr(obj, "__module__", None) or ""
+    module = sys.modules.get(name)
+    if module is None or name == "__main__" or name.split(".")[0] == "starpo":
+        return  # __main__ goes by value already; starpo is installed wherever Ray runs it
+    path = str(getattr(module, "__file__", "") or "")
+    if any(part in ("site-packages", "dist-packages") for part in Path(path).parts):
+        return  # an installed package: the workers import it like the driver
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)
 
 
 def local_init_kwargs(num_cpus: int | None, host: str, dashboard: bool) -> dict[str, Any]:

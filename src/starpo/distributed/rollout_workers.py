@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,6 +32,7 @@ from starpo.distributed.cluster import (
     first_line,
     import_ray,
     require_free_cpus,
+    ship_with_code,
     wait_started,
 )
 from starpo.errors import UserError
@@ -64,17 +66,20 @@ class RolloutWorker:
     """The body of one Ray actor (wrapped with `ray.remote` by `RolloutPool`)."""
 
     def __init__(
-        self, model: Any, tokenizer: Any, backend: str, compute_dtype: Any, threads: int
+        self,
+        model: Any,
+        tokenizer: Any,
+        build_backend: Callable[..., Any],
+        compute_dtype: Any,
+        threads: int,
     ) -> None:
+        """`build_backend`: the backend's factory itself, resolved on the driver (a backend
+        registered there at run time is one the worker's own registry never saw)."""
         import torch
-
-        from starpo.registry import GENERATION_BACKENDS, lookup
 
         torch.set_num_threads(threads)
         self.model, self.tokenizer = model.eval(), tokenizer
-        self.backend = lookup(GENERATION_BACKENDS, backend)(
-            self.model, tokenizer, compute_dtype=compute_dtype
-        )
+        self.backend = build_backend(self.model, tokenizer, compute_dtype=compute_dtype)
         self.version = -1
         self.engines: dict[RolloutSettings, Any] = {}
 
@@ -124,8 +129,9 @@ class BroadcastStats:
 
 
 class RolloutPool:
-    """N rollout actors behind the generation-backend calls the trainer makes (`seed`,
-    `update_weights`, `numerics`) and an engine's `run` per rollout settings (`engine`)."""
+    """N rollout actors behind the calls the trainer makes of a backend: a
+    `starpo.rollout.backend.PolicySampler` (`seed`, `update_weights`, `numerics`), plus an
+    `EpisodePlayer` per rollout settings (`engine`)."""
 
     def __init__(
         self,
@@ -149,7 +155,11 @@ class RolloutPool:
         require_free_cpus(
             num_workers, f"rollout.workers={num_workers}", "set fewer rollout.workers"
         )
-        self._init_args = (ray.put(model), tokenizer, backend, compute_dtype, self.threads)
+        from starpo.registry import GENERATION_BACKENDS, lookup
+
+        build = lookup(GENERATION_BACKENDS, backend)
+        ship_with_code(build)  # a backend defined in the user's own code reaches the workers
+        self._init_args = (ray.put(model), tokenizer, build, compute_dtype, self.threads)
         # One CPU each, so Ray spreads workers over a cluster's nodes.
         self._actor_class = ray.remote(num_cpus=1)(RolloutWorker)
         self.workers = [self._start_worker() for _ in range(num_workers)]
@@ -246,6 +256,8 @@ class RolloutPool:
         from starpo.envs.registry import spec
 
         specs = [spec(env_id)]  # a worker registers it: envs registered at run time included
+        if callable(specs[0].entry_point):
+            ship_with_code(specs[0].entry_point)
         chunks = split_groups(len(seeds), self.num_workers)
         results: dict[int, list[Trajectory]] = {}
         attempts = dict.fromkeys(range(len(chunks)), 0)
@@ -287,8 +299,8 @@ class RolloutPool:
 
 
 class PoolEngine:
-    """The pool seen as a `RolloutEngine` with fixed settings (what the trainer and
-    `play_seeds` call): `run(...)` and a running `generation_seconds`."""
+    """The pool as an `starpo.rollout.engine.EpisodePlayer` with fixed settings (what the
+    trainer and `play_seeds` call): `run(...)` and a running `generation_seconds`."""
 
     def __init__(self, pool: RolloutPool, settings: RolloutSettings) -> None:
         self.pool, self.settings = pool, settings
@@ -301,7 +313,7 @@ class PoolEngine:
         group_size: int,
         *,
         env_kwargs: dict[str, Any] | None = None,
-        on_turn: Any = None,
+        on_turn: Callable[[int], None] | None = None,
     ) -> list[Trajectory]:
         """`on_turn` is called once, after the last turn: turns run inside the workers."""
         trajectories, seconds = self.pool.run(

@@ -84,14 +84,35 @@ class BackendNumerics:
     exact_logprobs: bool  # equal to the training forward's within fp32 tolerance
     matmul_kernel: str = "torch"  # what runs its weight matmuls (see rollout.linear_kernels)
 
+    def describe(self, threads: int) -> str:
+        """E.g. "lean backend in float32 (onednn matmuls, 2 threads)"."""
+        kernel = f"{self.matmul_kernel} matmuls, {threads} threads"
+        return f"{self.name} backend in {self.compute_dtype} ({kernel})"
 
-class GenerationBackend(Protocol):
-    """What the rollout engine (generate, release, reset) and the trainer (seed,
-    update_weights, numerics) need from a policy. A backend that holds its own copy of
-    the weights (vLLM, a remote server, a Ray worker) receives them in `update_weights`.
-    """
+
+class PolicySampler(Protocol):
+    """What the trainer needs from whatever samples its policy (a backend in-process, or
+    `starpo.distributed.RolloutPool` over Ray workers): how it computes, reseeding, and
+    new weights after every update."""
 
     numerics: BackendNumerics
+
+    def seed(self, seed: int) -> None:
+        """Reseed sampling, so a given seed gives the same samples (resume is exact)."""
+        ...
+
+    def update_weights(self, model: Any, version: int) -> None:
+        """The policy changed (optimizer update number `version`): sample from `model`'s
+        weights from now on. Called after every update; may be a no-op for a backend that
+        runs the training model itself."""
+        ...
+
+
+class GenerationBackend(PolicySampler, Protocol):
+    """A `PolicySampler` the rollout engine generates with (generate, release, reset). A
+    backend that holds its own copy of the weights (vLLM, a remote server, a Ray worker)
+    receives them in `update_weights`.
+    """
 
     def generate(
         self, requests: list[GenerationRequest], params: SamplingParams
@@ -109,14 +130,4 @@ class GenerationBackend(Protocol):
 
     def reset(self) -> None:
         """Forget all sessions."""
-        ...
-
-    def seed(self, seed: int) -> None:
-        """Reseed sampling, so a given seed gives the same samples (resume is exact)."""
-        ...
-
-    def update_weights(self, model: Any, version: int) -> None:
-        """The policy changed (optimizer update number `version`): sample from `model`'s
-        weights from now on. Called after every update; may be a no-op for a backend that
-        runs the training model itself."""
         ...

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from starpo.config_episode import RolloutSettings
 from starpo.envs import TextEnv, make
@@ -29,6 +29,26 @@ from starpo.rollout.parser import parse_turn
 from starpo.types import Trajectory, Turn
 
 ANSWER_CLOSE_VARIANTS = ("</answer>", " </answer>")
+
+
+class EpisodePlayer(Protocol):
+    """What the trainer and `play_seeds` call to play episodes with fixed settings:
+    `RolloutEngine` in-process, `starpo.distributed.PoolEngine` over Ray workers."""
+
+    generation_seconds: float  # time spent generating, summed over runs
+
+    def run(
+        self,
+        env_id: str,
+        seeds: list[int],
+        group_size: int,
+        *,
+        env_kwargs: dict[str, Any] | None = None,
+        on_turn: Callable[[int], None] | None = None,
+    ) -> list[Trajectory]:
+        """Play `group_size` episodes from each seed (one env group per seed), in group
+        order; `on_turn(turn)` after each turn (or once, where turns run elsewhere)."""
+        ...
 
 
 class EnvFault(Exception):

@@ -99,6 +99,13 @@ def keep_old_logprobs(batch: TrainBatch, rows: torch.Tensor, mini: TrainBatch) -
     return logprob_mismatch(batch.old_logprobs, batch.rollout_logprobs, batch.loss_mask)
 
 
+def old_logprobs_recomputed(setting: bool | None, exact_rollout_logprobs: bool) -> bool:
+    """Whether the update recomputes old log-probs (algorithm.recompute_old_logprobs):
+    auto (None) uses the rollout's only when the backend computes them exactly as the
+    update does (the same model, dtype and kernels)."""
+    return (not exact_rollout_logprobs) if setting is None else setting
+
+
 @torch.no_grad()
 def prepare(
     batch: TrainBatch, models: TrainModels, cfg: TrainConfig, recompute_old_logprobs: bool

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from starpo import runs
 from starpo.errors import UserError
 from starpo.runs import RunFolder
+from starpo.timing import TRAIN_MINUTES
 
 __all__ = [
     "JsonlSink",
@@ -168,6 +169,12 @@ class RunLogger:
     A resumed run appends; call `truncate_after(checkpoint_step)` before logging.
     """
 
+    @classmethod
+    def for_run(cls, run_dir: Path, trainer: Any, config: dict, resume: bool = False) -> RunLogger:
+        """The sinks a training config's `trainer` section asks for (`sink_names`), each
+        built by its factory in `starpo.registry.METRIC_SINKS` from the whole config."""
+        return cls(run_dir, config=config, resume=resume, sinks=trainer.sink_names())
+
     def __init__(
         self,
         run_dir: Path,
@@ -178,7 +185,12 @@ class RunLogger:
         wandb_mode: str = "offline",
         config: dict | None = None,
         resume: bool = False,
+        sinks: Sequence[str] = (),
     ) -> None:
+        """`sinks`: names in `starpo.registry.METRIC_SINKS`, built with the whole `config`
+        (the booleans are the same two sinks with explicit W&B settings)."""
+        from starpo.registry import METRIC_SINKS, lookup
+
         self.run_dir = Path(run_dir)
         self.folder = RunFolder(self.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -197,6 +209,10 @@ class RunLogger:
                     config=config or {},
                     resume=resume,
                 )  # fmt: skip
+            )
+        for name in sinks:
+            mirrors.append(
+                lookup(METRIC_SINKS, name)(self.run_dir, config=config or {}, resume=resume)
             )
         self.sinks: list[Sink] = [JsonlSink(self.folder.metrics), *mirrors]
 
@@ -284,6 +300,19 @@ def _format_number(value: Any) -> str:
     return f"{number:.2e}"  # tiny losses and KLs stay readable
 
 
+def tensorboard_sink(run_dir: Path, *, config: dict, resume: bool) -> TensorBoardSink:
+    """The "tensorboard" entry of `starpo.registry.METRIC_SINKS`."""
+    return TensorBoardSink(RunFolder(run_dir).tensorboard)
+
+
+def wandb_sink(run_dir: Path, *, config: dict, resume: bool) -> WandbSink:
+    """The "wandb" entry of `starpo.registry.METRIC_SINKS`: project and mode from the
+    config's trainer section (trainer.wandb_project, trainer.wandb_mode)."""
+    trainer = config.get("trainer", {})
+    project, mode = trainer.get("wandb_project", "starpo"), trainer.get("wandb_mode", "offline")
+    return WandbSink(run_dir, project=project, mode=mode, config=config, resume=resume)
+
+
 def format_step_line(
     step: int,
     total: int,
@@ -306,3 +335,20 @@ def format_step_line(
     if elapsed_s is not None:
         parts.append(f"{elapsed_s:.1f}s")
     return " | ".join(parts)
+
+
+def training_line_keys(env_id: str, validation_id: str, budgeted: bool) -> dict[str, str]:
+    """The metrics a training step's console line shows, by label (`format_step_line`);
+    with a minutes budget (trainer.max_minutes) also the training minutes used."""
+    train, val = f"train/{env_id}", f"val/{validation_id}"
+    keys = {
+        "success": f"{train}/success",
+        "reward": f"{train}/reward",
+        "format_ok": f"{train}/format_ok",
+        "entropy": "actor/entropy",
+        "grad_norm": "actor/grad_norm",
+        "val_success": f"{val}/success",
+    }
+    if budgeted:
+        keys["train_min"] = TRAIN_MINUTES
+    return keys

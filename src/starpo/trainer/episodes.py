@@ -1,0 +1,85 @@
+"""What the trainer reads from a step's episodes: their summary as metrics, the episodes
+env errors ended (and when they stop the run), and StarPO-S's choice of the groups to
+train on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starpo.algorithms import filter_groups
+from starpo.errors import UserError
+from starpo.rollout.evaluate import ModelEvalResult
+from starpo.types import Trajectory, by_group
+
+
+def rollout_metrics(prefix: str, result: ModelEvalResult) -> dict[str, float]:
+    """The episode summary (`starpo.evaluation.summarise`, the keys of `starpo eval`'s
+    summary.json) under `prefix`: `train/<env>/success`, `val/<env>/success`, ..."""
+    summary = result.summary()
+    speed = summary.pop("generation_tokens_per_s")
+    out = {f"{prefix}/{k}": float(v) for k, v in summary.items()}
+    # A timing, so under perf/ (runs compare exactly on everything but timings).
+    out[f"perf/{prefix.split('/')[0]}_generation_tokens_per_s"] = speed
+    return out
+
+
+def group_rewards(trajectories: list[Trajectory]) -> list[list[float]]:
+    """Training rewards per env group, in group order (`by_group`)."""
+    return [[t.reward for t in group] for group in by_group(trajectories).values()]
+
+
+def check_env_errors(trajectories: list[Trajectory], max_share: float, step: int) -> int:
+    """The number of episodes an env error ended; a UserError when their share passes
+    `max_share` or no group is left without one (nothing to train on)."""
+    errors = [t for t in trajectories if t.error is not None]
+    if not errors:
+        return 0
+    first = f"first: seed {errors[0].seed}, {errors[0].error}"
+    if len(errors) > max_share * len(trajectories):
+        raise UserError(
+            f"env errors ended {len(errors)} of {len(trajectories)} episodes at step {step}, "
+            f"above env.max_error_share={max_share:g} ({first}); fix the env, or raise "
+            "env.max_error_share to train on the groups without errors"
+        )
+    if {t.group for t in errors} == {t.group for t in trajectories}:
+        raise UserError(
+            f"every env group had an env error at step {step} ({first}); nothing left "
+            "to train on: fix the env"
+        )
+    return len(errors)
+
+
+def play_step(engine: Any, cfg: Any, step: int) -> tuple[list[Trajectory], dict[str, float]]:
+    """Play training step `step`'s env groups (fresh seeds: rollout.train_seed_start on,
+    num_groups a step) with `engine`; the episodes and their metrics (env errors included,
+    which stop the run past env.max_error_share)."""
+    first_seed = cfg.rollout.train_seed_start + (step - 1) * cfg.rollout.num_groups
+    seeds = list(range(first_seed, first_seed + cfg.rollout.num_groups))
+    generating = engine.generation_seconds
+    trajectories = engine.run(cfg.env.id, seeds, cfg.rollout.group_size, env_kwargs=cfg.env.kwargs)
+    generating = engine.generation_seconds - generating
+    metrics = rollout_metrics(f"train/{cfg.env.id}", ModelEvalResult(trajectories, generating))
+    metrics["rollout/env_errors"] = check_env_errors(trajectories, cfg.env.max_error_share, step)
+    return trajectories, metrics
+
+
+def keep_uncertain_groups(
+    trajectories: list[Trajectory], filtering: Any
+) -> tuple[list[Trajectory], dict[str, float]]:
+    """StarPO-S: the trajectories of the groups whose rewards vary most (all groups when
+    `filtering.enabled` is off), and the filter's metrics. Groups an env error touched are
+    left out first (see `check_env_errors`)."""
+    ratio = filtering.ratio if filtering.enabled else 1.0
+    errored = {t.group for t in trajectories if t.error is not None}
+    usable = [t for t in trajectories if t.group not in errored]
+    result = filter_groups(group_rewards(usable), ratio, filtering.mode)
+    groups = list(by_group(usable))  # group_rewards' order, the one filter_groups counts in
+    kept = {groups[i] for i in result.kept}
+    chosen = [t for t in usable if t.group in kept]
+    metrics = {
+        "rollout/in_group_std": result.std_all,
+        "rollout/kept_in_group_std": result.std_kept,
+        "rollout/zero_std_groups": result.zero_std_groups,
+        "rollout/kept_trajectories": len(chosen),
+    }
+    return chosen, metrics
