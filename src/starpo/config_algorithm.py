@@ -5,6 +5,8 @@ batching (`optim`). `starpo.config` assembles them with the other sections into
 
 from __future__ import annotations
 
+from typing import Any
+
 from starpo.config_fields import ConfigSection
 from starpo.config_fields import config_field as _f
 from starpo.errors import UserError
@@ -47,6 +49,11 @@ class AlgorithmConfig(ConfigSection):
         0.95, "gigpo: discount of a turn's return to the episode's end.", ge=0.0, le=1.0
     )
     step_weight: float = _f(1.0, "gigpo: A = A_episode + step_weight x A_step (0 = GRPO).", ge=0.0)
+    estimator_args: dict[str, Any] = _f(
+        {},
+        "An estimator's own parameters (a plugin's), passed as AdvantageParams.extra.",
+        example={"scale": 0.5},
+    )
     reward_placement: str = _f(
         "trajectory",
         "Reward on the last assistant token, or each turn's on that turn's last token "
@@ -97,6 +104,24 @@ class AlgorithmConfig(ConfigSection):
         gt=0.0,
         example=2.0,
     )
+
+    def advantage_params(self) -> dict[str, Any]:
+        """The estimators' parameters (`starpo.algorithms.AdvantageParams` fields) from this
+        section: the one place that maps config names to estimator names."""
+        return {
+            "gamma": self.gamma,
+            "lam": self.lam,
+            "gamma_turn": self.gamma_turn,
+            "lam_turn": self.lam_turn,
+            "gamma_token": self.gamma_token,
+            "lam_token": self.lam_token,
+            "eps": self.grpo_eps,
+            "norm_by_std": self.norm_by_std,
+            "gamma_step": self.gamma_step,
+            "step_weight": self.step_weight,
+            "whiten": self.whiten_advantages,
+            "extra": dict(self.estimator_args),
+        }
 
     @property
     def kl_loss_estimator(self) -> str:

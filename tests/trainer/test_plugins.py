@@ -88,6 +88,12 @@ def build_scripted_backend(model, tokenizer, *, compute_dtype=torch.float32, see
     return ScriptedBackend(tokenizer)
 
 
+def scaled_estimator(inputs, params):
+    """Every agent token's advantage is the estimator's own parameter `scale` (read from
+    algorithm.estimator_args); no critic."""
+    return inputs.mask * float(params.extra["scale"]), None
+
+
 class FileSink:
     """A metric sink writing each step's success to `plugin_sink.jsonl` in the run folder."""
 
@@ -117,11 +123,13 @@ def plugins():
     envs.register("plugin-coin", CoinEnv, overwrite=True)
     registry.GENERATION_BACKENDS.register("plugin-scripted", build_scripted_backend)
     registry.METRIC_SINKS.register("plugin-file", build_file_sink)
+    registry.ADVANTAGE_ESTIMATORS.register("plugin-scaled", scaled_estimator, critic=False)
     try:
         yield
     finally:
         registry.GENERATION_BACKENDS.unregister("plugin-scripted")
         registry.METRIC_SINKS.unregister("plugin-file")
+        registry.ADVANTAGE_ESTIMATORS.unregister("plugin-scaled")
 
 
 PLUGIN_OVERRIDES = {
@@ -129,6 +137,8 @@ PLUGIN_OVERRIDES = {
     "env.kwargs": "{}",
     "rollout.backend": "plugin-scripted",
     "trainer.sinks": "[plugin-file]",
+    "algorithm.adv_estimator": "plugin-scaled",
+    "algorithm.estimator_args": "{scale: 0.5}",
     "trainer.val_every": "0",
     "trainer.val_before_train": "false",
     "trainer.save_every": "0",
@@ -142,12 +152,13 @@ def _train_with_plugins(tmp_path: Path, bigram_model, make_bandit_config, **extr
     return trainer, trainer.train()
 
 
-def test_env_backend_and_sink_plugins_train_in_process(
+def test_env_estimator_backend_and_sink_plugins_train_in_process(
     plugins, tmp_path, bigram_model, make_bandit_config
 ):
     trainer, history = _train_with_plugins(tmp_path, bigram_model, make_bandit_config)
     assert trainer.backend.numerics.name == "scripted" and trainer.backend.calls > 0
     assert [row["train/plugin-coin/success"] for row in history] == [1.0, 1.0]
+    assert [row["actor/advantage_mean"] for row in history] == [0.5, 0.5]
     sunk = [json.loads(line) for line in (tmp_path / "plugin_sink.jsonl").read_text().splitlines()]
     assert sunk == [{"step": 1, "success": 1.0}, {"step": 2, "success": 1.0}]
     assert [row["step"] for row in read_metrics(tmp_path)] == [1, 2]

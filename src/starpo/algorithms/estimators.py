@@ -9,8 +9,9 @@ estimator's targets are not already normalised.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -62,6 +63,9 @@ class AdvantageParams:
     gamma_step: float = 0.95  # gigpo: discount of a turn's return (the paper's 0.95)
     step_weight: float = 1.0  # gigpo: A = A_episode + step_weight * A_step (the paper's 1)
     whiten: bool = True  # gae / bi_level_gae: whiten advantages over masked tokens
+    # An estimator's own parameters (algorithm.estimator_args): a plugin estimator reads
+    # its knobs here, with no edit to this class, the config or the trainer.
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _require(value: Tensor | None, field: str, estimator: str, why: str) -> Tensor:
@@ -151,12 +155,13 @@ Estimator = Callable[[AdvantageInputs, AdvantageParams], tuple[Tensor, Tensor | 
 
 
 def compute_advantages(
-    name: str, inputs: AdvantageInputs, **params: float | bool
+    name: str, inputs: AdvantageInputs, **params: Any
 ) -> tuple[Tensor, Tensor | None]:
     """Run the estimator `name` from ADVANTAGE_ESTIMATORS -> (advantages (B, T), returns).
 
     `params` are AdvantageParams fields (gamma, lam, gamma_turn, lam_turn, gamma_token,
-    lam_token, eps, norm_by_std, gamma_step, step_weight, whiten). returns is None for
+    lam_token, eps, norm_by_std, gamma_step, step_weight, whiten, extra: see
+    `AlgorithmConfig.advantage_params` for the config's). returns is None for
     critic-free estimators (grpo, gigpo).
     """
     estimator = lookup(ADVANTAGE_ESTIMATORS, name)

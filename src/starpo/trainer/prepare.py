@@ -162,19 +162,7 @@ def prepare(
         turn_states=batch.turn_states,
     )
     batch.advantages, batch.returns = compute_advantages(
-        algo.adv_estimator,
-        inputs,
-        gamma=algo.gamma,
-        lam=algo.lam,
-        gamma_turn=algo.gamma_turn,
-        lam_turn=algo.lam_turn,
-        gamma_token=algo.gamma_token,
-        lam_token=algo.lam_token,
-        eps=algo.grpo_eps,
-        norm_by_std=algo.norm_by_std,
-        gamma_step=algo.gamma_step,
-        step_weight=algo.step_weight,
-        whiten=algo.whiten_advantages,
+        algo.adv_estimator, inputs, **algo.advantage_params()
     )
     # The turns GiGPO's step level can credit (logged for every estimator: it says whether
     # states recur within groups at all).
