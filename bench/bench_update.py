@@ -63,8 +63,8 @@ from starpo.rollout.backend import Generation  # noqa: E402
 from starpo.rollout.chat import ChatTokens  # noqa: E402
 from starpo.rollout.prompts import SYSTEM_PROMPT  # noqa: E402
 from starpo.trainer import prepare, update  # noqa: E402
-from starpo.trainer.models import build_models  # noqa: E402
 from starpo.trainer.optim import build_optimizers  # noqa: E402
+from starpo.trainer.train_models import build_models  # noqa: E402
 from starpo.types import Trajectory, Turn  # noqa: E402
 from update_cases import (  # noqa: E402
     SOKOBAN_PRESET,

@@ -21,8 +21,8 @@ from starpo.compute import flops, forward
 from starpo.compute.batch import TrainBatch
 from starpo.models import tiny_random_model
 from starpo.trainer import prepare, update
-from starpo.trainer.models import build_models
 from starpo.trainer.optim import build_optimizers
+from starpo.trainer.train_models import build_models
 
 LINEAR_OPS = ("mm", "addmm")
 

@@ -16,7 +16,7 @@ from starpo.compute import forward
 from starpo.compute.batch import TrainBatch
 from starpo.config import load_config
 from starpo.models import tiny_random_model
-from starpo.trainer.models import TrainModels, build_models
+from starpo.trainer.train_models import TrainModels, build_models
 
 # Wide layers and a long sequence with few agent tokens: the decoder layers' activations,
 # not the (tokens x vocab) logits, dominate what the forward keeps for backward.

@@ -13,8 +13,8 @@ from starpo.config import load_config
 from starpo.models import tiny_random_model
 from starpo.models.precision import Precision
 from starpo.trainer import prepare, update
-from starpo.trainer.models import build_models
 from starpo.trainer.optim import build_optimizers
+from starpo.trainer.train_models import build_models
 
 
 def tiny_config(**overrides: str):

@@ -10,8 +10,8 @@ from starpo.compute.batch import TrainBatch
 from starpo.config import load_config
 from starpo.models import tiny_random_model
 from starpo.trainer import prepare, update
-from starpo.trainer.models import build_models
 from starpo.trainer.optim import build_optimizers, fused_adamw_supported
+from starpo.trainer.train_models import build_models
 
 GROUPS, GROUP_SIZE, PROMPT = 2, 4, 24
 

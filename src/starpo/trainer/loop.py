@@ -34,12 +34,12 @@ from starpo.trainer.checkpoint import (
 )
 from starpo.trainer.collapse import CollapseGuard
 from starpo.trainer.episodes import keep_uncertain_groups, play_step, rollout_metrics
-from starpo.trainer.models import TrainModels, build_models
 from starpo.trainer.optim import Optimizers, build_optimizers
 from starpo.trainer.prepare import old_logprobs_recomputed, prepare
 from starpo.trainer.run_state import checkpoint_contents, restore_training_state
 from starpo.trainer.saver import CheckpointSaver, Target
 from starpo.trainer.sinks import RunLogger, format_step_line, training_line_keys
+from starpo.trainer.train_models import TrainModels, build_models
 from starpo.trainer.update import UPDATE_FLOPS, SkipCounter, ppo_update, update_speed
 from starpo.trainer.workers import Workers
 from starpo.types import Trajectory

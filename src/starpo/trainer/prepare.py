@@ -32,7 +32,7 @@ from starpo.algorithms import (
 from starpo.compute.batch import TrainBatch
 from starpo.compute.forward import policy_logprobs, reference_logprobs
 from starpo.config import TrainConfig
-from starpo.trainer.models import TrainModels
+from starpo.trainer.train_models import TrainModels
 
 
 def map_rows(

@@ -13,9 +13,9 @@ from starpo.config import TrainConfig, config_to_dict
 from starpo.logs import warn
 from starpo.trainer.budget import STATE_KEY
 from starpo.trainer.checkpoint import capture_rng_state
-from starpo.trainer.models import TrainModels
 from starpo.trainer.optim import Optimizers
 from starpo.trainer.saver import OPTIMIZER_KEYS
+from starpo.trainer.train_models import TrainModels
 
 
 def checkpoint_contents(

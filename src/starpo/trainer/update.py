@@ -28,9 +28,9 @@ from starpo.compute.packing import prompt_clusters
 from starpo.compute.weights import trainable_parameters
 from starpo.config import TrainConfig
 from starpo.errors import UserError
-from starpo.trainer.models import TrainModels
 from starpo.trainer.optim import Optimizers
 from starpo.trainer.prepare import fill_old_logprobs, keep_old_logprobs, logprob_mismatch
+from starpo.trainer.train_models import TrainModels
 
 
 class DataParallel(Protocol):

@@ -17,8 +17,8 @@ from starpo.config_episode import RolloutSettings
 from starpo.errors import UserError
 from starpo.rollout.engine import RolloutEngine
 from starpo.trainer.checkpoint import latest_checkpoint
-from starpo.trainer.models import TrainModels
 from starpo.trainer.optim import Optimizers
+from starpo.trainer.train_models import TrainModels
 from starpo.trainer.update import SkipCounter, ppo_update
 
 
