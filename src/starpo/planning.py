@@ -126,22 +126,30 @@ class Runtime:
     packed: bool = False  # the lean backend's matrices packed for oneDNN (a copy of each)
 
 
-def runtime_for(cfg: Any, model_type: str | None) -> Runtime:
-    """What `Trainer.__init__` would pick for this config, without building anything."""
+def runtime_for(cfg: Any, model_type: str | None, model_config: Any = None) -> Runtime:
+    """What `Trainer.__init__` would pick for this config, without building anything.
+    `model_config`: the model's transformers config, for the lean decoder's checks beyond
+    the model type (activation, sliding window); the backend choice is the one
+    `rollout.lean_backend.auto_picks_lean` makes. A plugin backend is planned as `hf`."""
+    from types import SimpleNamespace
+
     import torch
 
     from starpo.models.loading import resolve_device
     from starpo.models.precision import compute_dtype, rollout_dtype
-    from starpo.rollout.lean_decoder import LEAN_MODEL_TYPES
+    from starpo.rollout.lean_backend import auto_picks_lean
+    from starpo.rollout.lean_decoder import lean_config_support
     from starpo.rollout.linear_kernels import onednn_applies
 
     device = resolve_device(cfg.model.device)
     compute = compute_dtype(cfg.model.dtype, device)
     decode = rollout_dtype(cfg.rollout.dtype, compute, device)
     backend = cfg.rollout.backend
-    on_cpu = device.type == "cpu"
-    llama_like = model_type in LEAN_MODEL_TYPES and not cfg.model.lora.enabled
-    lean = backend == "lean" or (backend == "auto" and on_cpu and llama_like)
+    config = model_config if model_config is not None else SimpleNamespace(model_type=model_type)
+    unsupported = lean_config_support(config, lora=cfg.model.lora.enabled)
+    lean = backend == "lean" or (
+        backend == "auto" and auto_picks_lean(device.type == "cpu", unsupported)
+    )
     decode = decode if decode is not None else torch.float32
     packed = lean and onednn_applies(decode, device) is None
     return Runtime(compute, decode, lean, packed)
@@ -160,7 +168,7 @@ def plan_memory(
     cfg: Any, shape: ModelShape, train: EpisodeShape, val: EpisodeShape | None = None
 ) -> MemoryPlan:
     """The peak-memory estimate of `starpo train` with config `cfg` (see the module doc)."""
-    run = runtime_for(cfg, shape.model_type)
+    run = runtime_for(cfg, shape.model_type, shape.config)
     plan = MemoryPlan(held=held_parts(cfg, shape, run))
     rollout = rollout_parts(cfg, shape, run, train, val or train)
     workers = cfg.rollout.workers

@@ -5,7 +5,7 @@ them into bytes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -23,6 +23,7 @@ class ModelShape:
     tied: bool = True  # the LM head is the input embedding
     model_type: str | None = None
     lora_params: int = 0  # adapter parameters under model.lora (0 without LoRA)
+    config: Any = field(default=None, compare=False)  # the transformers config it came from
 
     @property
     def backbone_params(self) -> int:
@@ -91,6 +92,7 @@ def model_shape(name: str, lora: Any = None) -> ModelShape:
         tied=bool(getattr(config, "tie_word_embeddings", False)),
         model_type=getattr(config, "model_type", None),
         lora_params=lora_params,
+        config=config,
     )
 
 

@@ -94,12 +94,19 @@ def build_lean_backend(
     )
 
 
+def auto_picks_lean(on_cpu: bool, unsupported: str | None) -> bool:
+    """Whether rollout.backend=auto runs the lean decoder: on a CPU (where it was
+    measured faster), for a model it supports (`unsupported` None: see `lean_support`).
+    The memory plan asks the same question before any model loads."""
+    return on_cpu and unsupported is None
+
+
 def build_auto_backend(
     model: Any, tokenizer: Any, *, compute_dtype: torch.dtype = torch.float32, seed: int = 0
 ) -> HFBackend:
     """The "auto" entry: the lean decoder for a Llama-shaped model on a CPU, where it was
     measured; `HFBackend` otherwise (other architectures, LoRA, GPUs)."""
     on_cpu = next(model.parameters()).device.type == "cpu"
-    if on_cpu and lean_support(model) is None:
+    if auto_picks_lean(on_cpu, lean_support(model)):
         return build_lean_backend(model, tokenizer, compute_dtype=compute_dtype, seed=seed)
     return build_hf_backend(model, tokenizer, compute_dtype=compute_dtype, seed=seed)

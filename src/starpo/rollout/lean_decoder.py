@@ -30,9 +30,10 @@ from starpo.rollout.linear_kernels import pack_weight, pick_linear
 LEAN_MODEL_TYPES = ("llama", "qwen2", "mistral")
 
 
-def lean_support(model: Any) -> str | None:
-    """Why `model` cannot run on the lean decoder, or None when it can."""
-    config = getattr(model, "config", None)
+def lean_config_support(config: Any, lora: bool = False) -> str | None:
+    """Why a model of this config (a transformers config; with LoRA adapters when `lora`)
+    cannot run on the lean decoder, or None when it can, as far as the config tells: the
+    memory plan asks this before any model loads, `lean_support` again on the model."""
     model_type = getattr(config, "model_type", None)
     if model_type not in LEAN_MODEL_TYPES:
         return f"model type {model_type!r} is not one of {', '.join(LEAN_MODEL_TYPES)}"
@@ -40,8 +41,17 @@ def lean_support(model: Any) -> str | None:
         return f"activation {config.hidden_act!r} is not silu"
     if uses_sliding_window(config):
         return "sliding-window attention is not implemented"
-    if getattr(model, "peft_config", None):
+    if lora:
         return "LoRA adapters are not merged into the lean decoder's weights"
+    return None
+
+
+def lean_support(model: Any) -> str | None:
+    """Why `model` cannot run on the lean decoder, or None when it can."""
+    config = getattr(model, "config", None)
+    reason = lean_config_support(config, lora=bool(getattr(model, "peft_config", None)))
+    if reason is not None:
+        return reason
     inner = getattr(model, "model", None)
     if not hasattr(inner, "layers") or not hasattr(inner, "rotary_emb"):
         return "no model.layers / model.rotary_emb (not a Llama-shaped model)"
