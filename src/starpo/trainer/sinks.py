@@ -3,7 +3,8 @@
 `run_dir/metrics.jsonl` is the source of truth (one `{"step": ..., **metrics}` object a
 line); TensorBoard and W&B are optional mirrors. Each destination is a `Sink`, and
 `RunLogger` fans every step out to its list of sinks: a new destination is one class
-plus one line in `RunLogger.__init__`. A resumed run calls `truncate_after` with its
+plus its factory registered in `starpo.registry.METRIC_SINKS` (or a `starpo.metric_sinks`
+entry point), selected with `trainer.sinks`. A resumed run calls `truncate_after` with its
 checkpoint's step so that its files end up equal to an uninterrupted run's.
 
 File names and the JSONL rules live in `starpo.runs`.
