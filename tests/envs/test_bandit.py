@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from starpo.envs import make
+from starpo.envs import make, register
+from starpo.envs.bandit import BanditEnv
 from starpo.errors import UserError
 
 
@@ -61,3 +62,23 @@ def test_configurable_reward_laws_change_the_best_arm():
 def test_bad_bandit_arguments_are_user_errors(kwargs):
     with pytest.raises(UserError):
         make("bandit", **kwargs)
+
+
+@pytest.mark.parametrize("value", ["nan", float("nan"), float("inf"), True, None, "0.5"])
+def test_a_reward_or_probability_that_is_not_a_finite_number_is_one_line(value):
+    with pytest.raises(UserError, match="high_risk_prob must be a finite number"):
+        make("bandit", high_risk_prob=value)
+
+
+def test_an_env_whose_constructor_rejects_the_arguments_names_them(monkeypatch):
+    class Picky(BanditEnv):
+        def __init__(self, size: int = 3) -> None:
+            super().__init__()
+            self.size = size + 1  # "a" + 1: TypeError for a string
+
+    from starpo.envs import registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # restored after
+    register("picky-test", Picky, overwrite=True)
+    with pytest.raises(UserError, match=r"env 'picky-test' cannot be built with size='a'"):
+        make("picky-test", size="a")

@@ -29,6 +29,12 @@ class BanditEnv(TextEnv):
     ) -> None:
         super().__init__(max_steps=1)
         _check_names(low_risk_name, high_risk_name)
+        for name, value in (
+            ("low_risk_reward", low_risk_reward),
+            ("high_risk_reward", high_risk_reward),
+            ("high_risk_prob", high_risk_prob),
+        ):
+            _check_number(name, value)
         if not 0.0 <= high_risk_prob <= 1.0:
             raise UserError(f"high_risk_prob must lie in [0, 1], got {high_risk_prob}")
         self.low_risk_name = low_risk_name
@@ -126,6 +132,14 @@ class BanditEnv(TextEnv):
         more = self.expected_reward(arm) > self.expected_reward(other)
         pays = "pays more on average than" if more else "pays on average as much as"
         return f"{arm} is the {kind} it {pays} {other}, so I pull {arm}."
+
+
+def _check_number(name: str, value: Any) -> None:
+    """A reward or probability argument: a finite real number (from YAML: `nan` and `1e`
+    arrive as strings)."""
+    is_number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not is_number or value != value or value in (float("inf"), float("-inf")):
+        raise UserError(f"{name} must be a finite number, got {value!r}")
 
 
 def _check_names(low: Any, high: Any) -> None:

@@ -117,7 +117,13 @@ def make(id: str, **kwargs: Any) -> TextEnv:
     env_spec = spec(id)
     constructor = env_spec.load()
     _check_kwargs(id, constructor, kwargs)
-    env = constructor(**{**env_spec.kwargs, **kwargs})
+    try:
+        env = constructor(**{**env_spec.kwargs, **kwargs})
+    except TypeError as exc:
+        if not kwargs:
+            raise  # the env's own defaults fail: a bug in the env, not the user's input
+        given = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        raise UserError(f"env {id!r} cannot be built with {given}: {exc}") from exc
     env.spec = env_spec  # type: ignore[attr-defined]
     return env
 
