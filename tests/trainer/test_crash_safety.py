@@ -74,17 +74,24 @@ def _metrics(out: Path) -> list[dict]:
     return comparable(rows)
 
 
-@pytest.mark.parametrize("checkpoint_async", [False, True], ids=["sync", "async"])
-def test_runs_killed_at_random_moments_resume_to_the_unbroken_result(
-    tmp_path: Path, tiny_model_dir: Path, checkpoint_async: bool
-):
-    """With trainer.checkpoint_async a kill may also land while a background write is in
-    flight; the unbroken run it must equal is a synchronous one."""
-    straight = tmp_path / "straight"
+@pytest.fixture(scope="module")
+def unbroken(tmp_path_factory, tiny_model_dir: Path) -> tuple[float, list[dict], dict]:
+    """The unbroken synchronous run both variants must equal, run once for the module:
+    (its seconds, its metrics, its final weights)."""
+    straight = tmp_path_factory.mktemp("straight")
     unbroken_s = _run(_command(tiny_model_dir, straight))
     expected = _metrics(straight)
     assert [r["step"] for r in expected] == list(range(1, STEPS + 1))
-    final = load_file(straight / "final" / "model.safetensors")
+    return unbroken_s, expected, load_file(straight / "final" / "model.safetensors")
+
+
+@pytest.mark.parametrize("checkpoint_async", [False, True], ids=["sync", "async"])
+def test_runs_killed_at_random_moments_resume_to_the_unbroken_result(
+    tmp_path: Path, tiny_model_dir: Path, unbroken, checkpoint_async: bool
+):
+    """With trainer.checkpoint_async a kill may also land while a background write is in
+    flight; the unbroken run it must equal is a synchronous one."""
+    unbroken_s, expected, final = unbroken
     chooser = random.Random(1234)
     for trial in range(TRIALS):
         out = tmp_path / f"trial-{trial}"
