@@ -635,6 +635,10 @@ def value_strategy(tp, meta):
         return st.dictionaries(TEXT, SCALAR, max_size=3)
     if typing.get_origin(tp) is tuple:
         return st.tuples(st.floats(0, 1, exclude_max=True), st.floats(0, 1, exclude_max=True))
+    if typing.get_origin(tp) is list:  # the one list setting: trainer.sinks, registered names
+        from starpo.registry import METRIC_SINKS
+
+        return st.lists(st.sampled_from(tuple(METRIC_SINKS)), max_size=2, unique=True)
     raise AssertionError(f"no strategy for {tp}")
 
 

@@ -7,6 +7,7 @@ sits below the rollout engine that plays episodes with these settings."""
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -15,11 +16,28 @@ from typing import Any
 from starpo.errors import UserError
 
 
-def _setting(default: Any, help: str, **bounds: float) -> Any:
-    """A per-episode setting: its default, help text and bounds (gt/ge/le), kept as field
-    metadata in the shape of the training config's fields, so the config section and the
-    `starpo eval` flags are built from these and check the same bounds."""
-    return field(default=default, metadata={"help": help, **bounds})
+def setting(
+    default: Any,
+    help: str,
+    *,
+    choices: tuple[str, ...] | None = None,
+    finite: bool = False,
+    **bounds: float,
+) -> Any:
+    """A field of a settings dataclass (`RolloutSettings`, SFT's `TrainOptions`): its
+    default, help text, bounds (gt/ge/lt/le), allowed `choices` and whether it must be a
+    `finite` number, kept as field metadata in the shape of the training config's fields,
+    so config sections and command flags are built from these and `check_settings` checks
+    them all one way."""
+    rules: dict[str, Any] = dict(bounds)
+    if choices is not None:
+        rules["choices"] = tuple(choices)
+    if finite:
+        rules["finite"] = True
+    return field(default=default, metadata={"help": help, **rules})
+
+
+_setting = setting  # the per-episode settings below
 
 
 @dataclass(frozen=True)
@@ -74,18 +92,36 @@ class RolloutSettings:
 _BOUNDS: dict[str, tuple[Callable[[Any, Any], bool], str]] = {
     "gt": (operator.gt, ">"),
     "ge": (operator.ge, ">="),
+    "lt": (operator.lt, "<"),
     "le": (operator.le, "<="),
 }
 
 
-def check_settings(values: Mapping[str, Any], spell: Callable[[str], str] = str) -> None:
-    """Raise a one-line UserError for the first value outside its setting's bounds, naming
+def setting_problem(metadata: Mapping[str, Any], value: Any) -> str | None:
+    """What `value` breaks of a setting's rules ("must be ..."), or None. NaN fails every
+    bound; a bool is no number to bound."""
+    choices = metadata.get("choices")
+    if choices is not None and value not in choices:
+        return f"must be one of {', '.join(choices)}"
+    if isinstance(value, bool):
+        return None
+    bounds = [(ok, sign, metadata[r]) for r, (ok, sign) in _BOUNDS.items() if r in metadata]
+    finite = metadata.get("finite", False)
+    if all(ok(value, b) for ok, _, b in bounds) and not (finite and not math.isfinite(value)):
+        return None
+    need = " and ".join(f"{sign} {b}" for _, sign, b in bounds)
+    return f"must be a finite number {need}".rstrip() if finite else f"must be {need}"
+
+
+def check_settings(
+    values: Mapping[str, Any], spell: Callable[[str], str] = str, settings: type | None = None
+) -> None:
+    """Raise a one-line UserError for the first value outside its setting's rules, naming
     it as `spell(field name)` says (`--max-turns` for a flag, `rollout.max_turns` for the
-    config). Missing names are skipped, as are names that are not settings."""
-    for f in fields(RolloutSettings):
+    config). `settings`: the dataclass whose fields hold the rules (`RolloutSettings` by
+    default). Missing names are skipped, as are names that are not settings."""
+    for f in fields(settings or RolloutSettings):
         value = values.get(f.name)
-        bounds = [(ok, sign, f.metadata[r]) for r, (ok, sign) in _BOUNDS.items() if r in f.metadata]
-        if value is None or isinstance(value, bool) or all(ok(value, b) for ok, _, b in bounds):
-            continue
-        need = " and ".join(f"{sign} {b}" for _, sign, b in bounds)
-        raise UserError(f"{spell(f.name)} must be {need}, got {value}")
+        problem = None if value is None else setting_problem(f.metadata, value)
+        if problem is not None:
+            raise UserError(f"{spell(f.name)} {problem}, got {value}")
