@@ -11,7 +11,7 @@ from starpo.envs.bandit import BanditEnv
 from starpo.errors import UserError
 from starpo.models import load_tokenizer
 from starpo.rollout.engine import EnvFault, RolloutEngine, RolloutSettings, call_env
-from starpo.trainer.loop import check_env_errors
+from starpo.trainer.episodes import check_env_errors
 from starpo.types import Trajectory
 
 
