@@ -82,12 +82,12 @@ def test_an_error_of_the_drivers_own_update_is_not_called_a_lost_learner(
 ):
     """Every RuntimeError used to read "a learner was lost"; with both learners alive, the
     driver's own error (here a fake out-of-memory) is raised as it is."""
-    from starpo.trainer import loop
+    from starpo.trainer import workers
 
     def out_of_memory(*args, **kwargs):
         raise RuntimeError("DefaultCPUAllocator: not enough memory")
 
-    monkeypatch.setattr(loop, "ppo_update", out_of_memory)
+    monkeypatch.setattr(workers, "ppo_update", out_of_memory)  # the learners' update
     cfg = make_bandit_config("grpo", total_steps=1, **{"trainer.learners": "2"})
     model, tokenizer = bigram_model()
     trainer = Trainer(cfg, tmp_path, quiet=True, model=model, tokenizer=tokenizer)
