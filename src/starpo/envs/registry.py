@@ -14,7 +14,6 @@ import importlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import Any
 
 from starpo.envs.base import TextEnv
@@ -90,7 +89,9 @@ def _load_entry_points() -> None:
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+    from starpo.registry import installed_entry_points  # one scan for every registry
+
+    for ep in installed_entry_points().get(ENTRY_POINT_GROUP, ()):
         if ep.name not in _REGISTRY:
             register(ep.name, ep.value)
 
