@@ -37,9 +37,6 @@ def setting(
     return field(default=default, metadata={"help": help, **rules})
 
 
-_setting = setting  # the per-episode settings below
-
-
 @dataclass(frozen=True)
 class RolloutSettings:
     """Limits and sampling of one episode: the one definition of these settings, with their
@@ -49,36 +46,36 @@ class RolloutSettings:
     (see `check_settings` for the one-line error naming the flag or config key).
     """
 
-    max_turns: int = _setting(5, "Turns per episode at most.", ge=1)
-    max_actions_per_turn: int = _setting(5, "Actions one answer may hold (separated by ||).", ge=1)
-    max_actions_per_traj: int = _setting(
+    max_turns: int = setting(5, "Turns per episode at most.", ge=1)
+    max_actions_per_turn: int = setting(5, "Actions one answer may hold (separated by ||).", ge=1)
+    max_actions_per_traj: int = setting(
         10, "Valid actions per episode at most (invalid ones use none).", ge=1
     )
-    max_new_tokens: int = _setting(400, "Token budget of one turn's response.", ge=1)
-    max_response_words: int = _setting(100, "Response length the prompt asks for, in words.", ge=1)
-    temperature: float = _setting(1.0, "Sampling temperature; 0 = greedy.", ge=0.0)
-    top_p: float = _setting(1.0, "Nucleus sampling mass.", gt=0.0, le=1.0)
-    think: bool = _setting(
+    max_new_tokens: int = setting(400, "Token budget of one turn's response.", ge=1)
+    max_response_words: int = setting(100, "Response length the prompt asks for, in words.", ge=1)
+    temperature: float = setting(1.0, "Sampling temperature; 0 = greedy.", ge=0.0)
+    top_p: float = setting(1.0, "Nucleus sampling mass.", gt=0.0, le=1.0)
+    think: bool = setting(
         True, "Ask for <think>...</think> first; false = prompt ends with <answer>."
     )
-    format_penalty: float = _setting(
+    format_penalty: float = setting(
         -0.1, "Training reward of an unparsable turn or invalid action; 0 = none.", le=0.0
     )
-    format_reward: float = _setting(
+    format_reward: float = setting(
         0.0,
         "Shaping bonus for a well-formed turn (think/answer structure parsed), whatever its "
         "action; helps small models that never follow the format. 0 = the paper.",
         ge=0.0,
     )
-    stop_at_answer: bool = _setting(
+    stop_at_answer: bool = setting(
         True, "End a turn's generation at </answer> (the rest would be ignored)."
     )
-    format_every_turn: bool = _setting(
+    format_every_turn: bool = setting(
         True,
         "Repeat the output-format reminder in every turn's message (RAGEN); false = in the "
         "first only, ~29% fewer tokens per Sokoban dialogue to encode and train on.",
     )
-    env_timeout_s: float = _setting(
+    env_timeout_s: float = setting(
         60.0,
         "Seconds an env's reset or step may take; past it the episode ends as errored "
         "(the env's thread is abandoned) and training goes on. 0 = no limit.",
