@@ -54,7 +54,7 @@ def test_unknown_env_is_one_line_error_with_exit_2():
         assert result.returncode == 2
         assert "Traceback" not in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
-        assert "Did you mean" in result.stderr
+        assert "did you mean" in result.stderr
 
 
 def test_wrong_env_argument_is_one_line_error():

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping
 from importlib.metadata import distributions
 from typing import Any
 
-from starpo.errors import closest_match
+from starpo.errors import UnknownName, UserError, unknown_name_message
 
 
 class Registry(Mapping[str, Any]):
@@ -38,12 +38,21 @@ class Registry(Mapping[str, Any]):
 
     A read-only mapping for the code that uses it (`registry[name]`, iteration, `in`), plus
     `register` for extensions and `info(name)`: facts the config needs without importing
-    the implementation (e.g. whether an advantage estimator needs a critic).
+    the implementation (e.g. whether an advantage estimator needs a critic). An unknown
+    name raises `UnknownName`: a UserError naming the valid names, and a KeyError.
     """
 
-    def __init__(self, kind: str, group: str | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        group: str | None = None,
+        from_entry_point: Callable[[str, str], Any] | None = None,
+    ) -> None:
         self.kind = kind  # e.g. "advantage estimator", used in messages
         self.group = group  # the entry-point group plugins register under
+        # What an entry point's "module:attribute" becomes (the string itself by default,
+        # imported on first use; the env registry wraps it in an EnvSpec).
+        self._from_entry_point = from_entry_point
         self._targets: dict[str, str | Any] = {}
         self._info: dict[str, dict[str, Any] | None] = {}  # None: read registry_info
         self._loaded: dict[str, Any] = {}
@@ -57,16 +66,23 @@ class Registry(Mapping[str, Any]):
         self._scanned = True
         for point in installed_entry_points().get(self.group, ()):
             if point.name not in self._targets:
-                self._targets[point.name] = point.value
+                wrap = self._from_entry_point
+                self._targets[point.name] = wrap(point.name, point.value) if wrap else point.value
                 self._info[point.name] = None
 
-    def register(self, name: str, target: str | Any, **info: Any) -> None:
-        """Add `name` (a "module:attribute" string or the object itself) with its facts."""
+    def register(
+        self, name: str, target: str | Any, *, overwrite: bool = False, **info: Any
+    ) -> None:
+        """Add `name` (a "module:attribute" string or the object itself) with its facts;
+        replacing a name already there needs overwrite=True."""
         self._scan()
-        if name in self._targets:
-            raise ValueError(f"{self.kind} {name!r} is already registered")
+        if name in self._targets and not overwrite:
+            raise UserError(
+                f"{self.kind} {name!r} is already registered; pass overwrite=True to replace it"
+            )
         self._targets[name] = target
         self._info[name] = info
+        self._loaded.pop(name, None)
 
     def unregister(self, name: str) -> None:
         """Remove `name` (a plugin's registration, e.g. at the end of a test)."""
@@ -82,9 +98,7 @@ class Registry(Mapping[str, Any]):
     def _check(self, name: str) -> None:
         self._scan()
         if name not in self._targets:
-            guess = closest_match(str(name), list(self._targets))
-            hint = f"; did you mean {guess!r}?" if guess else ""
-            raise KeyError(f"unknown {self.kind} {name!r}; valid: {', '.join(sorted(self))}{hint}")
+            raise UnknownName(unknown_name_message(self.kind, name, list(self._targets)))
 
     def __getitem__(self, name: str) -> Any:
         self._check(name)
@@ -202,11 +216,3 @@ METRIC_SINKS = _registry(
         "wandb": ("starpo.trainer.sinks:wandb_sink", {}),
     },
 )
-
-
-def lookup(registry: Registry, name: str) -> Callable[..., Any] | Any:
-    """`registry[name]` with a ValueError (not KeyError) naming the valid choices."""
-    try:
-        return registry[name]
-    except KeyError as error:
-        raise ValueError(error.args[0]) from None

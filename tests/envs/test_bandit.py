@@ -70,15 +70,17 @@ def test_a_reward_or_probability_that_is_not_a_finite_number_is_one_line(value):
         make("bandit", high_risk_prob=value)
 
 
-def test_an_env_whose_constructor_rejects_the_arguments_names_them(monkeypatch):
+def test_an_env_whose_constructor_rejects_the_arguments_names_them():
     class Picky(BanditEnv):
         def __init__(self, size: int = 3) -> None:
             super().__init__()
             self.size = size + 1  # "a" + 1: TypeError for a string
 
-    from starpo.envs import registry
+    from starpo.envs.registry import ENVS
 
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # restored after
     register("picky-test", Picky, overwrite=True)
-    with pytest.raises(UserError, match=r"env 'picky-test' cannot be built with size='a'"):
-        make("picky-test", size="a")
+    try:
+        with pytest.raises(UserError, match=r"env 'picky-test' cannot be built with size='a'"):
+            make("picky-test", size="a")
+    finally:
+        ENVS.unregister("picky-test")

@@ -26,7 +26,7 @@ def test_unknown_id_names_known_ids_and_closest_match():
     with pytest.raises(UserError) as err:
         make("sokobn")
     message = str(err.value)
-    assert "'sokoban'" in message and "Did you mean" in message
+    assert "'sokoban'" in message and "did you mean" in message
     assert "frozenlake" in message and "\n" not in message
 
 

@@ -87,7 +87,7 @@ def test_eval_model_bad_input_is_one_line(tmp_path: Path):
     for extra, fragment in (
         (["--model", "./no/such/model"], "does not exist"),
         (["--temperature", "-1"], "--temperature"),
-        (["--env", "sokobn"], "Did you mean"),
+        (["--env", "sokobn"], "did you mean"),
     ):
         args = [
             "eval",

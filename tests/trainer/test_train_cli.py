@@ -71,7 +71,7 @@ def test_train_cli_runs_the_smoke_preset_and_resumes(tmp_path: Path, tiny_model_
         ("algorithm.adv_estimator=grpo", "group_size"),  # with rollout.group_size=1 below
         ("optim.mini_batch_size=3", "mini_batch_size"),
         ("model.name=./no/such/model", "does not exist"),
-        ("env.id=sokobn", "Did you mean 'sokoban'"),
+        ("env.id=sokobn", "did you mean 'sokoban'"),
     ],
 )
 def test_bad_configs_stop_before_any_work(tmp_path: Path, override: str, fragment: str):

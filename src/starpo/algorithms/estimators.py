@@ -23,7 +23,7 @@ from starpo.algorithms.advantages import (
     grpo_advantages,
 )
 from starpo.algorithms.masked import masked_sum, masked_whiten
-from starpo.registry import ADVANTAGE_ESTIMATORS, lookup
+from starpo.registry import ADVANTAGE_ESTIMATORS
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -164,7 +164,7 @@ def compute_advantages(
     `AlgorithmConfig.advantage_params` for the config's). returns is None for
     critic-free estimators (grpo, gigpo).
     """
-    estimator = lookup(ADVANTAGE_ESTIMATORS, name)
+    estimator = ADVANTAGE_ESTIMATORS[name]
     known = {f.name for f in fields(AdvantageParams)}
     unknown = sorted(set(params) - known)
     if unknown:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from starpo.registry import FILTER_MODES, lookup
+from starpo.registry import FILTER_MODES
 from starpo.stats import sample_std, zero_std_share
 
 
@@ -68,7 +68,7 @@ def filter_groups(
     """
     if not 0.0 < ratio <= 1.0:
         raise ValueError(f"filter ratio must be in (0, 1], got {ratio}")
-    rank = lookup(FILTER_MODES, mode)
+    rank = FILTER_MODES[mode]
     if isinstance(group_rewards, Tensor):
         if group_rewards.dim() != 2:
             raise ValueError(f"group_rewards tensor must be (G, N), got {group_rewards.shape}")

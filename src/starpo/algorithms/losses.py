@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from starpo.algorithms.masked import masked_mean, masked_sum, masked_var
-from starpo.registry import KL_ESTIMATORS, lookup
+from starpo.registry import KL_ESTIMATORS
 from starpo.registry import LOSS_AGGREGATIONS as AGGREGATIONS
 
 # Log-ratios beyond these bounds are clamped before exp: exp(20) ~ 5e8 is already far
@@ -60,7 +60,7 @@ def aggregation_count(mask: Tensor, mode: str = "token_mean") -> float:
     """The denominator of `aggregate` for this mask: its agent tokens (token_mean) or its
     sequences with at least one agent token (seq_* modes). Compute it over a mini-batch and
     pass it as `count` to every micro-batch's `aggregate`."""
-    return float(lookup(AGGREGATIONS, mode)[1](mask))
+    return float(AGGREGATIONS[mode][1](mask))
 
 
 def aggregate(
@@ -75,7 +75,7 @@ def aggregate(
     mini-batch, see `aggregation_count`), else this batch's own; N = 0 gives 0, not NaN.
     With `count` from the mini-batch, the losses of its micro-batches sum to its loss.
     """
-    numerator, counter = lookup(AGGREGATIONS, mode)
+    numerator, counter = AGGREGATIONS[mode]
     total = counter(mask) if count is None else torch.as_tensor(count)
     return numerator(loss_mat, mask) / total.clamp(min=1).to(loss_mat.dtype)
 
@@ -191,7 +191,7 @@ def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: str = "k1") ->
     k3 = exp(d) - d - 1, d = log pi_ref - log pi   (Schulman's unbiased low-variance, >= 0;
          d clamped to +-K3_LOG_RATIO_CLAMP before exp)
     """
-    return lookup(KL_ESTIMATORS, estimator)(logprobs, ref_logprobs)
+    return KL_ESTIMATORS[estimator](logprobs, ref_logprobs)
 
 
 def truncated_is_weights(train_logprobs: Tensor, rollout_logprobs: Tensor, cap: float) -> Tensor:

@@ -155,9 +155,9 @@ class RolloutPool:
         require_free_cpus(
             num_workers, f"rollout.workers={num_workers}", "set fewer rollout.workers"
         )
-        from starpo.registry import GENERATION_BACKENDS, lookup
+        from starpo.registry import GENERATION_BACKENDS
 
-        build = lookup(GENERATION_BACKENDS, backend)
+        build = GENERATION_BACKENDS[backend]
         ship_with_code(build)  # a backend defined in the user's own code reaches the workers
         self._init_args = (ray.put(model), tokenizer, build, compute_dtype, self.threads)
         # One CPU each, so Ray spreads workers over a cluster's nodes.

@@ -18,6 +18,7 @@ from typing import Any
 
 from starpo.envs.base import TextEnv
 from starpo.errors import UserError, closest_match
+from starpo.registry import Registry
 
 ENTRY_POINT_GROUP = "starpo.envs"
 
@@ -59,8 +60,11 @@ class EnvSpec:
         return getattr(constructor, "description", "") or (constructor.__doc__ or "").strip()
 
 
-_REGISTRY: dict[str, EnvSpec] = {}
-_entry_points_loaded = False
+#: Env ids -> EnvSpec. The same `Registry` as starpo's other extension points: one lazy
+#: import rule, one scan of the `starpo.envs` entry points, one wording for unknown names.
+ENVS = Registry(
+    "env id", ENTRY_POINT_GROUP, from_entry_point=lambda id, target: EnvSpec(id, target)
+)
 
 
 def register(
@@ -74,43 +78,21 @@ def register(
     """Register an env id. Re-registering an id needs `overwrite=True`."""
     if not id or not isinstance(id, str):
         raise UserError(f"env id must be a non-empty string, got {id!r}")
-    if id in _REGISTRY and not overwrite:
-        raise UserError(f"env id {id!r} is already registered; pass overwrite=True to replace it")
-    spec = EnvSpec(
+    env_spec = EnvSpec(
         id=id, entry_point=entry_point, kwargs=dict(kwargs or {}), description=description
     )
-    _REGISTRY[id] = spec
-    return spec
-
-
-def _load_entry_points() -> None:
-    """Register envs that installed packages declare in the `starpo.envs` group (once)."""
-    global _entry_points_loaded
-    if _entry_points_loaded:
-        return
-    _entry_points_loaded = True
-    from starpo.registry import installed_entry_points  # one scan for every registry
-
-    for ep in installed_entry_points().get(ENTRY_POINT_GROUP, ()):
-        if ep.name not in _REGISTRY:
-            register(ep.name, ep.value)
+    ENVS.register(id, env_spec, overwrite=overwrite)
+    return env_spec
 
 
 def registered_ids() -> list[str]:
     """All known env ids, sorted."""
-    _load_entry_points()
-    return sorted(_REGISTRY)
+    return sorted(ENVS)
 
 
 def spec(id: str) -> EnvSpec:
     """The spec of `id`; an unknown id is a UserError naming the known ids and the closest."""
-    _load_entry_points()
-    if id in _REGISTRY:
-        return _REGISTRY[id]
-    known = registered_ids()
-    suggestion = closest_match(str(id), known)
-    hint = f" Did you mean {suggestion!r}?" if suggestion else ""
-    raise UserError(f"unknown env id {id!r}.{hint} Known ids: {', '.join(known)}")
+    return ENVS[id]
 
 
 def make(id: str, **kwargs: Any) -> TextEnv:

@@ -122,10 +122,10 @@ def evaluate_model(
     from starpo.envs import make
     from starpo.models import load_model
     from starpo.models.precision import rollout_dtype
-    from starpo.registry import GENERATION_BACKENDS, lookup
+    from starpo.registry import GENERATION_BACKENDS
 
     make(env_id, **(env_kwargs or {}))  # bad env ids and arguments fail before the model loads
-    build = lookup(GENERATION_BACKENDS, backend)
+    build = GENERATION_BACKENDS[backend]
     model, tokenizer = load_model(model_name, device=device)
     compute_dtype = next(model.parameters()).dtype
     decode_dtype = rollout_dtype(dtype, compute_dtype, model.device)
