@@ -136,10 +136,10 @@ def test_tensorboard_scalars_and_resume_purge(tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    with RunLogger(tmp_path, tensorboard=True) as logger:
+    with RunLogger(tmp_path, sinks=["tensorboard"]) as logger:
         for step in (1, 2, 3):
             logger.log(step, {"rollout/reward": float(step), "bad": math.nan})
-    with RunLogger(tmp_path, tensorboard=True, resume=True) as logger:
+    with RunLogger(tmp_path, sinks=["tensorboard"], resume=True) as logger:
         logger.truncate_after(1)
         logger.log(2, {"rollout/reward": 20.0})
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
@@ -152,18 +152,22 @@ def test_tensorboard_scalars_and_resume_purge(tmp_path):
 def test_missing_tensorboard_is_a_user_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
     with pytest.raises(UserError, match="pip install tensorboard"):
-        RunLogger(tmp_path, tensorboard=True)
+        RunLogger(tmp_path, sinks=["tensorboard"])
 
 
 def test_missing_wandb_is_a_user_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # makes `import wandb` fail
     with pytest.raises(UserError, match="W&B logging needs the wandb package: pip install wandb"):
-        RunLogger(tmp_path, wandb=True)
+        RunLogger(tmp_path, sinks=["wandb"])
+
+
+def _wandb_config(mode: str) -> dict:
+    return {"trainer": {"wandb_mode": mode, "wandb_project": "starpo-test"}}
 
 
 def test_unknown_wandb_mode_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="offline"):
-        RunLogger(tmp_path, wandb=True, wandb_mode="offlin")
+        RunLogger(tmp_path, sinks=["wandb"], config=_wandb_config("offlin"))
 
 
 def test_wandb_offline_run_lives_in_run_dir_and_resumes_its_id(tmp_path, monkeypatch):
@@ -172,11 +176,15 @@ def test_wandb_offline_run_lives_in_run_dir_and_resumes_its_id(tmp_path, monkeyp
         monkeypatch.setenv(var, str(tmp_path / "wandb_home"))
     monkeypatch.setenv("WANDB_SILENT", "true")
     run_dir = tmp_path / "run"
-    with RunLogger(run_dir, wandb=True, wandb_mode="offline", config={"lr": 1e-6}) as logger:
+    with RunLogger(
+        run_dir, sinks=["wandb"], config={**_wandb_config("offline"), "lr": 1e-6}
+    ) as logger:
         logger.log(1, {"rollout/reward": 0.5, "bad": math.nan})
     run_id = (run_dir / "wandb_id.txt").read_text().strip()
     assert list((run_dir / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb"))
-    with RunLogger(run_dir, wandb=True, wandb_mode="offline", resume=True) as logger:
+    with RunLogger(
+        run_dir, sinks=["wandb"], config=_wandb_config("offline"), resume=True
+    ) as logger:
         logger.log(2, {"rollout/reward": 0.7})
     assert (run_dir / "wandb_id.txt").read_text().strip() == run_id
 

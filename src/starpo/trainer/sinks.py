@@ -180,17 +180,14 @@ class RunLogger:
         self,
         run_dir: Path,
         *,
-        tensorboard: bool = False,
-        wandb: bool = False,
-        wandb_project: str = "starpo",
-        wandb_mode: str = "offline",
         config: dict | None = None,
         resume: bool = False,
         sinks: Sequence[str] = (),
     ) -> None:
-        """`sinks`: names in `starpo.registry.METRIC_SINKS`, built with the whole `config`
-        (the booleans are the same two sinks with explicit W&B settings)."""
-        from starpo.registry import METRIC_SINKS, lookup
+        """`sinks`: names in `starpo.registry.METRIC_SINKS` (e.g. "tensorboard", "wandb"),
+        each built by its factory from the whole `config` (W&B reads trainer.wandb_mode
+        and trainer.wandb_project there)."""
+        from starpo.registry import METRIC_SINKS
 
         self.run_dir = Path(run_dir)
         self.folder = RunFolder(self.run_dir)
@@ -198,23 +195,9 @@ class RunLogger:
         if not resume:
             self._start_over()
         # The optional sinks first: they can fail (missing package) before a file is open.
-        mirrors: list[Sink] = []
-        if tensorboard:
-            mirrors.append(TensorBoardSink(self.folder.tensorboard))
-        if wandb:
-            mirrors.append(
-                WandbSink(
-                    self.run_dir,
-                    project=wandb_project,
-                    mode=wandb_mode,
-                    config=config or {},
-                    resume=resume,
-                )  # fmt: skip
-            )
-        for name in sinks:
-            mirrors.append(
-                lookup(METRIC_SINKS, name)(self.run_dir, config=config or {}, resume=resume)
-            )
+        mirrors: list[Sink] = [
+            METRIC_SINKS[name](self.run_dir, config=config or {}, resume=resume) for name in sinks
+        ]
         self.sinks: list[Sink] = [JsonlSink(self.folder.metrics), *mirrors]
 
     def _start_over(self) -> None:
