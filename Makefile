@@ -22,15 +22,22 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(BIN)/python -m starpo.demo
 
+# Tests run on TEST_WORKERS pytest-xdist workers (one torch thread each); a test file stays
+# on one worker (tests/conftest.py), so module fixtures are built once. TEST_WORKERS=0 runs
+# them in this process, one after another.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench experiments
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
-# The quick loop while editing: everything but the tests marked slow (the real default model,
-# the browser, end-to-end training runs). `make test` stays the full suite, as CI runs it.
+# The quick loop while editing: everything but the tests marked slow (the real default
+# model, the browser, Ray clusters, end-to-end training runs). `make test` stays the full
+# suite, as CI runs it.
 test-fast: $(STAMP)
 	$(BIN)/ruff check src tests bench experiments
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # The crash-safety test with 10 SIGKILLed-and-resumed runs instead of make test's 2 (~2 min).
 test-crash: $(STAMP)

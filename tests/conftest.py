@@ -13,6 +13,47 @@ from pathlib import Path
 
 import pytest
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Under `pytest -n N` the N workers split the cores: one thread each (subprocesses
+    # too), or torch's spinning OpenMP threads slow every worker down several times.
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _keep_torch_threads():
+    """Give torch's thread count back after each test: a trainer set to
+    trainer.num_threads=2 (the demo preset) would leave it for the rest of the worker."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
+#: Test files that start Ray clusters: under pytest-xdist they share one worker, so two
+#: local clusters never run at once on the machine.
+RAY_MODULES = {
+    "tests/distributed/test_rollout_workers.py",
+    "tests/trainer/test_plugins.py",
+    "tests/trainer/test_train_learners.py",
+    "tests/trainer/test_train_workers.py",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    """Groups for `pytest -n N --dist loadgroup` (how `make test` runs): each test file
+    runs whole on one worker, so module fixtures (a trained run, a Ray cluster) are built
+    once, and the Ray files share one worker. Without xdist the marks change nothing."""
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        group = "ray" if path in RAY_MODULES else path
+        item.add_marker(pytest.mark.xdist_group(group))
+
 
 @pytest.fixture(scope="session", autouse=True)
 def starpo_cache(tmp_path_factory):

@@ -109,6 +109,7 @@ def test_a_local_instance_listens_on_loopback_without_a_dashboard():
     assert local_init_kwargs(2, "127.0.0.1", dashboard=True)["dashboard_host"] == "127.0.0.1"
 
 
+@pytest.mark.slow  # a Ray cluster and worker processes
 def test_greedy_trajectories_equal_in_process_ones_with_two_workers(cluster, policy):
     model, tokenizer = policy
     settings = RolloutSettings(max_turns=3, max_new_tokens=10, temperature=0.0, think=False)
@@ -118,6 +119,7 @@ def test_greedy_trajectories_equal_in_process_ones_with_two_workers(cluster, pol
     assert _same(remote, local)
 
 
+@pytest.mark.slow  # a Ray cluster and worker processes
 def test_one_worker_samples_exactly_as_the_in_process_engine(cluster, flat_policy):
     model, tokenizer = flat_policy
     settings = RolloutSettings(max_turns=2, max_new_tokens=10, temperature=1.0, think=False)
@@ -127,6 +129,7 @@ def test_one_worker_samples_exactly_as_the_in_process_engine(cluster, flat_polic
     assert len({tuple(t.token_ids) for t in local}) > 1  # sampling really varied
 
 
+@pytest.mark.slow  # a Ray cluster and worker processes
 def test_new_weights_reach_the_workers_once_per_version(cluster, policy):
     model, tokenizer = policy
     settings = RolloutSettings(max_turns=2, max_new_tokens=8, temperature=0.0, think=False)
@@ -169,6 +172,7 @@ class _DiesOnceItsChunkIsSent:
         return getattr(self.actor, name)
 
 
+@pytest.mark.slow  # a Ray cluster and worker processes
 def test_a_worker_killed_mid_step_has_its_groups_rerun(cluster, policy):
     model, tokenizer = policy
     settings = RolloutSettings(max_turns=4, max_new_tokens=16, temperature=0.0, think=False)
@@ -189,6 +193,7 @@ def test_a_worker_killed_mid_step_has_its_groups_rerun(cluster, policy):
     assert _same(remote, local) and _same(again, local)
 
 
+@pytest.mark.slow  # a Ray cluster and worker processes
 def test_more_workers_than_cluster_cpus_is_a_one_line_error(cluster, policy, monkeypatch):
     from starpo.distributed import cluster as cluster_module
 

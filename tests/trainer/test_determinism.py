@@ -1,6 +1,8 @@
 """The same command trains the same run, resumed or not: the embedded 135M model on the
 demo's bandit preset logs bitwise the same metrics and ends with the same weights whether
-it runs two steps straight or stops after one and is resumed from its checkpoint.
+it runs two steps straight or is resumed from its step-1 checkpoint (a copy of the
+straight run's folder cut back to step 1: its step-2 metrics line stays behind, as a run
+killed before its step-2 checkpoint leaves it, and the resume must drop it).
 
 Tiny test models never showed the race this guards against (their batches are too small
 for the CPU's parallel kernels); the real model at the demo's batch shape did, within one
@@ -9,6 +11,7 @@ step, until the packed forward's gather became an `index_select` (see `gather_ro
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 
 import pytest
@@ -19,7 +22,7 @@ from starpo.config import load_config
 from starpo.run_metrics import read_metrics
 from starpo.trainer.loop import Trainer
 
-pytestmark = pytest.mark.slow  # two short runs of the real default model (~1.5 min)
+pytestmark = pytest.mark.slow  # three steps of the real default model (~1 min)
 
 OVERRIDES = [
     "rollout.num_groups=4",  # 4 seeds x 8 rollouts; the top half by reward std is kept:
@@ -30,7 +33,7 @@ OVERRIDES = [
     "trainer.val_before_train=false",
     "trainer.val_every=0",
     "trainer.save_every=1",
-    "trainer.keep_checkpoints=1",
+    "trainer.keep_checkpoints=2",
     "trainer.tensorboard=false",
     "trainer.log_trajectories=0",
 ]
@@ -49,13 +52,16 @@ def test_the_demo_preset_trains_bitwise_the_same_straight_and_resumed(
 
     straight, straight_policy = trainer(tmp_path / "straight")
     straight.train()
-    split, _ = trainer(tmp_path / "split")
-    split.train(until_step=1)
-    resumed, resumed_policy = trainer(tmp_path / "split", resume=True)
-    resumed.train()
-
     metrics = comparable(read_metrics(tmp_path / "straight"))
     assert [r["step"] for r in metrics] == [1, 2]
-    assert comparable(read_metrics(tmp_path / "split")) == metrics
+
+    split = tmp_path / "split"  # the straight run as a kill before its step-2 checkpoint
+    shutil.copytree(tmp_path / "straight", split)
+    shutil.rmtree(split / "checkpoints" / "step_000002")
+    shutil.rmtree(split / "final")
+    resumed, resumed_policy = trainer(split, resume=True)
+    resumed.train()
+
+    assert comparable(read_metrics(split)) == metrics
     weights, again = straight_policy.state_dict(), resumed_policy.state_dict()
     assert all(torch.equal(again[k], weights[k]) for k in weights)
