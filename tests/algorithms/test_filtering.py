@@ -12,6 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from starpo.algorithms import FILTER_MODES, filter_groups, num_kept
+from starpo.algorithms.filtering import (
+    FilterRule,
+    group_weights,
+    highest_std_first,
+    loss_scale,
+    score_shares,
+)
 
 
 def ref_std(rewards):
@@ -134,3 +141,101 @@ def test_config_and_filter_agree_on_the_number_of_kept_groups():
                 ],
             )
             assert cfg.groups_kept_per_step == num_kept(groups, ratio)
+
+
+# ---- RAGEN-2's rules, against hand-computed cases -------------------------------------------
+
+#: Four groups whose reward stds are exactly 4, 3, 2 and 1 (two rewards each: std = |a-b|/sqrt 2).
+STDS = [4.0, 3.0, 2.0, 1.0]
+TWO_REWARDS = [[0.0, s * math.sqrt(2)] for s in STDS]
+
+
+def _kept(rule: FilterRule, groups=TWO_REWARDS) -> list[int]:
+    return filter_groups(groups, rule=rule).kept
+
+
+def test_top_k_keeps_the_k_largest_or_smallest():
+    assert _kept(FilterRule(rule="top_k", top_k=2)) == [0, 1]
+    assert _kept(FilterRule(rule="top_k", top_k=2, mode="bottom_std")) == [2, 3]
+    assert _kept(FilterRule(rule="top_k", top_k=9)) == [0, 1, 2, 3]  # at most every group
+
+
+def test_top_p_linear_keeps_the_fewest_groups_reaching_the_share():
+    # shares of the total 10: 0.4, 0.3, 0.2, 0.1 -> cumulative 0.4, 0.7, 0.9, 1.0
+    assert _kept(FilterRule(rule="top_p", top_p=0.4)) == [0]
+    assert _kept(FilterRule(rule="top_p", top_p=0.5)) == [0, 1]
+    assert _kept(FilterRule(rule="top_p", top_p=0.7)) == [0, 1]  # reached exactly
+    assert _kept(FilterRule(rule="top_p", top_p=0.9)) == [0, 1, 2]
+    assert _kept(FilterRule(rule="top_p", top_p=1.0)) == [0, 1, 2, 3]
+    # variance: 16, 9, 4, 1 of 30 -> cumulative 0.533, 0.833, 0.967, 1.0
+    assert _kept(FilterRule(rule="top_p", top_p=0.8, metric="variance")) == [0, 1]
+    assert _kept(FilterRule(rule="top_p", top_p=0.9, metric="variance")) == [0, 1, 2]
+
+
+def test_top_p_softmax_shares():
+    # softmax(4, 3, 2, 1) = 0.644, 0.237, 0.087, 0.032 -> cumulative 0.644, 0.881, 0.968
+    assert _kept(FilterRule(rule="top_p", top_p=0.6, shares="softmax")) == [0]
+    assert _kept(FilterRule(rule="top_p", top_p=0.85, shares="softmax")) == [0, 1]
+    assert _kept(FilterRule(rule="top_p", top_p=0.95, shares="softmax")) == [0, 1, 2]
+    assert score_shares([4.0, 3.0, 2.0, 1.0], "softmax") == pytest.approx(
+        [math.exp(-k) / sum(math.exp(-j) for j in range(4)) for k in range(4)]
+    )
+
+
+def test_min_p_keeps_groups_within_a_share_of_the_best():
+    assert _kept(FilterRule(rule="min_p", min_p=0.75)) == [0, 1]  # 3 >= 0.75 x 4
+    assert _kept(FilterRule(rule="min_p", min_p=0.76)) == [0]
+    assert _kept(FilterRule(rule="min_p", min_p=0.5)) == [0, 1, 2]
+    assert _kept(FilterRule(rule="min_p", min_p=0.5, metric="variance")) == [0, 1]  # 9 >= 8
+    assert _kept(FilterRule(rule="min_p", min_p=0.0)) == [0, 1, 2, 3]
+
+
+def test_zero_std_groups_are_kept_only_when_allowed():
+    groups = [[1.0, 1.0], [0.0, 2.0], [3.0, 3.0], [0.0, 1.0]]  # stds 0, 1.41, 0, 0.71
+    assert _kept(FilterRule(rule="ratio", ratio=1.0), groups) == [0, 1, 2, 3]
+    assert _kept(FilterRule(rule="ratio", ratio=1.0, keep_zero_std=False), groups) == [1, 3]
+    assert _kept(FilterRule(rule="top_k", top_k=3, keep_zero_std=False), groups) == [1, 3]
+    flat = [[1.0, 1.0], [2.0, 2.0]]
+    assert _kept(FilterRule(rule="top_p", top_p=1.0), flat) == [0, 1]  # equal shares of 0
+    assert _kept(FilterRule(rule="top_p", top_p=0.5), flat) == [0]
+    empty = filter_groups(flat, rule=FilterRule(rule="top_p", keep_zero_std=False))
+    assert empty.kept == [] and empty.std_kept == 0.0
+
+
+def test_soft_weights_and_loss_scale():
+    assert group_weights([4.0, 3.0, 0.0, 1.0]) == [1.0, 0.75, 0.0, 0.25]
+    assert group_weights([0.0, 0.0]) == [1.0, 1.0]  # nothing varies: nothing to weigh by
+    assert loss_scale(0.25, "none") == 1.0
+    assert loss_scale(0.25, "linear") == 0.25
+    assert loss_scale(0.25, "sqrt") == 0.5
+    with pytest.raises(ValueError, match="loss scale"):
+        loss_scale(0.5, "cube")
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"rule": "top_q"}, "rule must be one of"),
+        ({"top_p": 1.5}, "top_p must be in"),
+        ({"top_k": 0}, "top_k must be >= 1"),
+        ({"rule": "min_p", "mode": "bottom_std"}, "keeps the largest scores"),
+        ({"shares": "cubic"}, "linear or softmax"),
+    ],
+)
+def test_a_bad_rule_is_refused(fields, message):
+    with pytest.raises(ValueError, match=message):
+        FilterRule(**fields)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from([0.0, 0.5, 1.0]), min_size=2, max_size=4), min_size=1),
+    st.sampled_from(["top_p", "min_p"]),
+    st.floats(0.05, 1.0),
+)
+def test_adaptive_rules_keep_a_best_first_prefix(groups, rule, value):
+    """Whatever the rewards: what top_p / min_p keep is the first groups of the std ranking
+    (no group kept above one of larger std), at least one."""
+    result = filter_groups(groups, rule=FilterRule(rule=rule, top_p=value, min_p=value))
+    order = highest_std_first(result.group_std)
+    assert result.kept == sorted(order[: len(result.kept)]) and result.kept
