@@ -383,6 +383,29 @@ def test_direct_construction_is_validated_and_coerced():
         (["algorithm.loss_agg=mean"], "algorithm.loss_agg must be one of"),
         (["algorithm.kl_estimator=k4"], "algorithm.kl_estimator must be one of auto, k1, k2, k3"),
         (["filter.mode=top"], "filter.mode must be one of top_std, bottom_std"),
+        (["filter.rule=top_q"], "filter.rule must be one of ratio, top_k, top_p, min_p"),
+        (["filter.top_p=0"], "filter.top_p must be > 0.0 and <= 1.0"),
+        (["filter.min_p=2"], "filter.min_p must be >= 0.0 and <= 1.0"),
+        (["filter.top_k=0"], "filter.top_k must be >= 1"),
+        (["filter.loss_scale=cube"], "filter.loss_scale must be one of none, linear, sqrt"),
+        (
+            ["filter.enabled=true", "filter.rule=min_p", "filter.mode=bottom_std"],
+            "filter.rule=min_p keeps the groups with the largest scores; set filter.mode=top_std",
+        ),
+        (
+            [
+                "filter.enabled=true",
+                "filter.rule=top_p",
+                "trainer.learners=2",
+                "optim.micro_batch_size=8",
+            ],
+            "keeps a different number of groups each step, which trainer.learners > 1",
+        ),
+        (
+            ["filter.enabled=true", "filter.rule=top_k", "filter.top_k=3"],
+            "does not divide the 48 trajectories trained per step (3 of 8 groups kept by "
+            "filter.top_k",
+        ),
         (["algorithm.reward_placement=turn"], "algorithm.reward_placement must be one of"),
         (["trainer.wandb_mode=onlin"], "did you mean trainer.wandb_mode=online?"),
         (["trainer.on_collapse=panic"], "trainer.on_collapse must be one of warn, stop, rollback"),
@@ -427,6 +450,17 @@ def test_filter_keeps_at_least_one_group():
     assert cfg.groups_kept_per_step == 1 and cfg.trajectories_per_step == 16  # round(0.5) == 0
     cfg = load_config(None, ["filter.enabled=true"])
     assert cfg.groups_kept_per_step == 2 and cfg.trajectories_per_step == 32
+
+
+def test_adaptive_filters_plan_for_every_group_and_allow_a_smaller_last_mini_batch():
+    fixed = load_config(None, ["filter.enabled=true", "filter.rule=top_k", "filter.top_k=2"])
+    assert not fixed.filter.varies and fixed.trajectories_per_step == 32
+    for rule in (["filter.rule=top_p"], ["filter.rule=min_p"], ["filter.keep_zero_std=false"]):
+        cfg = load_config(None, ["filter.enabled=true", "optim.mini_batch_size=24", *rule])
+        assert cfg.filter.varies  # 128 trajectories at most, in mini-batches of 24 and less
+        assert cfg.groups_kept_per_step == 8 and cfg.trajectories_per_step == 128
+    off = load_config(None, ["filter.rule=top_p", "optim.mini_batch_size=32"])
+    assert not off.filter.varies  # the filter is off: every group, every step
 
 
 def test_the_batch_fix_suggested_is_valid():

@@ -226,14 +226,15 @@ class TrainConfig(ConfigSection):
 
     @property
     def groups_kept_per_step(self) -> int:
-        """All groups, or max(1, round_half_up(filter.ratio x num_groups)) when filtering.
-
-        The same count as `starpo.algorithms.filtering.num_kept` (kept torch-free here; a
-        test checks they agree).
-        """
-        n = self.rollout.num_groups
-        if not self.filter.enabled:
+        """Groups trained on per step: all of them, or the filter's count: max(1,
+        round_half_up(filter.ratio x num_groups)) (the same count as
+        `starpo.algorithms.filtering.num_kept`, kept torch-free here; a test checks they
+        agree), filter.top_k, or at most all of them when it varies (`filter.varies`)."""
+        n, rule = self.rollout.num_groups, self.filter.rule
+        if not self.filter.enabled or self.filter.varies:
             return n
+        if rule == "top_k":
+            return min(n, self.filter.top_k)
         return max(1, min(n, math.floor(self.filter.ratio * n + 0.5 + 1e-9)))
 
     @property
@@ -255,10 +256,23 @@ class TrainConfig(ConfigSection):
                 "use gigpo (per-turn credit without a critic) or gae / bi_level_gae (with one)"
             )
         batch, mini = self.trajectories_per_step, self.optim.mini_batch_size
-        if batch % mini:
+        adaptive = self.filter.rule in ("top_p", "min_p")
+        if self.filter.enabled and adaptive and self.filter.mode != "top_std":
+            raise UserError(
+                f"filter.rule={self.filter.rule} keeps the groups with the largest scores; "
+                "set filter.mode=top_std, or use filter.rule=ratio or top_k with bottom_std"
+            )
+        if self.filter.varies and self.trainer.learners > 1:
+            raise UserError(
+                f"filter.rule={self.filter.rule} (or filter.keep_zero_std=false) keeps a "
+                "different number of groups each step, which trainer.learners > 1 cannot "
+                "split yet; use filter.rule=ratio or top_k with keep_zero_std=true, or one learner"
+            )
+        if batch % mini and not self.filter.varies:
             groups = f"{self.rollout.num_groups} groups"
             if self.filter.enabled:
-                groups = f"{self.groups_kept_per_step} of {groups} kept by filter.ratio"
+                kept_by = f"filter.{self.filter.rule}"
+                groups = f"{self.groups_kept_per_step} of {groups} kept by {kept_by}"
             raise UserError(
                 f"optim.mini_batch_size={mini} does not divide the {batch} trajectories trained "
                 f"per step ({groups} x rollout.group_size={self.rollout.group_size}); "

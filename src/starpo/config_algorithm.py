@@ -17,10 +17,81 @@ class FilterConfig(ConfigSection):
     _prefix = "filter"
 
     enabled: bool = _f(False, "StarPO-S: train only on the groups whose rewards vary most.")
-    ratio: float = _f(
-        0.25, "Groups kept: max(1, round_half_up(ratio x num_groups)).", gt=0.0, le=1.0
+    rule: str = _f(
+        "ratio",
+        "How groups are kept, ranked by filter.metric (RAGEN-2: rollout_filter_strategy): "
+        "ratio = the first max(1, round_half_up(ratio x num_groups)) (StarPO-S); top_k = "
+        "the first filter.top_k; top_p = the fewest first groups whose shares of the total "
+        "score reach filter.top_p; min_p = every group scoring >= filter.min_p x the best. "
+        "top_p and min_p keep a different number of groups each step.",
+        choices=("ratio", "top_k", "top_p", "min_p"),
     )
-    mode: str = _f("top_std", "top_std (StarPO-S) or bottom_std (ablation).", choices=FILTER_MODES)
+    ratio: float = _f(
+        0.25,
+        "rule=ratio: groups kept, max(1, round_half_up(ratio x num_groups)) (RAGEN-2: "
+        "rollout_filter_value with top_k < 1, which rounds down).",
+        gt=0.0,
+        le=1.0,
+    )
+    top_k: int = _f(
+        2, "rule=top_k: groups kept (RAGEN-2: rollout_filter_value >= 1 with top_k).", ge=1
+    )
+    top_p: float = _f(
+        0.9,
+        "rule=top_p: share of the total score the kept groups reach (RAGEN-2: "
+        "rollout_filter_value with top_p; 1 with keep_zero_std keeps every group).",
+        gt=0.0,
+        le=1.0,
+    )
+    top_p_shares: str = _f(
+        "linear",
+        "rule=top_p: a group's share, score / total (linear) or softmax of the scores "
+        "(RAGEN-2: rollout_filter_top_p_prob_mode).",
+        choices=("linear", "softmax"),
+    )
+    min_p: float = _f(
+        0.5,
+        "rule=min_p: keep groups scoring >= min_p x the largest score (RAGEN-2: "
+        "rollout_filter_value with min_p).",
+        ge=0.0,
+        le=1.0,
+    )
+    metric: str = _f(
+        "std",
+        "A group's score: its reward std (StarPO-S) or variance (RAGEN-2: "
+        "rollout_filter_metric=reward_variance). Same order; top_p shares and the min_p "
+        "bar differ.",
+        choices=("std", "variance"),
+    )
+    mode: str = _f(
+        "top_std",
+        "Which end is kept (RAGEN-2: rollout_filter_type): top_std = the largest scores "
+        "(StarPO-S), bottom_std = the smallest (an ablation; rule ratio or top_k).",
+        choices=FILTER_MODES,
+    )
+    keep_zero_std: bool = _f(
+        True,
+        "Groups whose rewards do not vary may be kept (RAGEN-2: rollout_filter_include_zero)"
+        "; false = never, and a step where no group varies trains on nothing.",
+    )
+    loss_scale: str = _f(
+        "none",
+        "Scale the kept trajectories' advantages by the kept share (linear) or its square "
+        "root (sqrt), against few kept groups' noisy gradients (RAGEN-2: "
+        "filter_loss_scaling).",
+        choices=("none", "linear", "sqrt"),
+    )
+    soft_reweight: bool = _f(
+        False,
+        "Weight each group's advantages by its reward std over the largest group's (RAGEN-2:"
+        " soft_advantage_reweight); applies with or without filter.enabled (dropping none).",
+    )
+
+    @property
+    def varies(self) -> bool:
+        """Whether the number of groups kept changes from step to step (then a step's last
+        mini-batch may be smaller)."""
+        return self.enabled and (self.rule in ("top_p", "min_p") or not self.keep_zero_std)
 
 
 class AlgorithmConfig(ConfigSection):

@@ -4,9 +4,10 @@ train on."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from starpo.algorithms import filter_groups
+from starpo.algorithms.filtering import FilterRule, filter_groups, group_weights, loss_scale
 from starpo.errors import UserError
 from starpo.rollout.evaluate import ModelEvalResult
 from starpo.types import Trajectory, by_group
@@ -63,16 +64,41 @@ def play_step(engine: Any, cfg: Any, step: int) -> tuple[list[Trajectory], dict[
     return trajectories, metrics
 
 
-def keep_uncertain_groups(
-    trajectories: list[Trajectory], filtering: Any
-) -> tuple[list[Trajectory], dict[str, float]]:
-    """StarPO-S: the trajectories of the groups whose rewards vary most (all groups when
-    `filtering.enabled` is off), and the filter's metrics. Groups an env error touched are
-    left out first (see `check_env_errors`)."""
-    ratio = filtering.ratio if filtering.enabled else 1.0
+def filter_rule(filtering: Any) -> FilterRule:
+    """The `FilterRule` of the config's filter section (every group when it is off)."""
+    if not filtering.enabled:
+        return FilterRule(rule="ratio", ratio=1.0, mode=filtering.mode)
+    return FilterRule(
+        rule=filtering.rule,
+        ratio=filtering.ratio,
+        top_k=filtering.top_k,
+        top_p=filtering.top_p,
+        min_p=filtering.min_p,
+        shares=filtering.top_p_shares,
+        metric=filtering.metric,
+        mode=filtering.mode,
+        keep_zero_std=filtering.keep_zero_std,
+    )
+
+
+@dataclass
+class KeptGroups:
+    """What the filter hands the update: the kept trajectories, the scale of each one's
+    advantages (soft reweighting times the loss scale; None when all are 1) and the
+    filter's metrics."""
+
+    trajectories: list[Trajectory]
+    advantage_weights: list[float] | None
+    metrics: dict[str, float]
+
+
+def keep_uncertain_groups(trajectories: list[Trajectory], filtering: Any) -> KeptGroups:
+    """StarPO-S: the trajectories of the groups the filter keeps (all groups when
+    `filtering.enabled` is off), with their advantage weights and the filter's metrics.
+    Groups an env error touched are left out first (see `check_env_errors`)."""
     errored = {t.group for t in trajectories if t.error is not None}
     usable = [t for t in trajectories if t.group not in errored]
-    result = filter_groups(group_rewards(usable), ratio, filtering.mode)
+    result = filter_groups(group_rewards(usable), rule=filter_rule(filtering))
     groups = list(by_group(usable))  # group_rewards' order, the one filter_groups counts in
     kept = {groups[i] for i in result.kept}
     chosen = [t for t in usable if t.group in kept]
@@ -80,6 +106,20 @@ def keep_uncertain_groups(
         "rollout/in_group_std": result.std_all,
         "rollout/kept_in_group_std": result.std_kept,
         "rollout/zero_std_groups": result.zero_std_groups,
+        "rollout/kept_groups": len(kept),
         "rollout/kept_trajectories": len(chosen),
     }
-    return chosen, metrics
+    weights = [1.0] * len(chosen)
+    if filtering.soft_reweight:
+        relative = dict(zip(groups, group_weights(result.group_std), strict=True))
+        weights = [relative[t.group] for t in chosen]
+        kept_weights = [relative[g] for g in kept] or [0.0]
+        metrics["filter/weight_min"] = min(kept_weights)
+        metrics["filter/weight_mean"] = sum(kept_weights) / len(kept_weights)
+        metrics["filter/weight_max"] = max(kept_weights)
+    if filtering.enabled and filtering.loss_scale != "none":
+        scale = loss_scale(len(chosen) / len(usable), filtering.loss_scale)
+        weights = [w * scale for w in weights]
+        metrics["filter/loss_scale"] = scale
+    unweighted = all(w == 1.0 for w in weights)
+    return KeptGroups(chosen, None if unweighted else weights, metrics)

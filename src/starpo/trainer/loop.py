@@ -33,7 +33,7 @@ from starpo.trainer.checkpoint import (
     restore_rng_state,
 )
 from starpo.trainer.collapse import CollapseGuard
-from starpo.trainer.episodes import keep_uncertain_groups, play_step, rollout_metrics
+from starpo.trainer.episodes import KeptGroups, keep_uncertain_groups, play_step, rollout_metrics
 from starpo.trainer.optim import Optimizers, build_optimizers
 from starpo.trainer.prepare import old_logprobs_recomputed, prepare
 from starpo.trainer.run_state import checkpoint_contents, restore_training_state
@@ -242,16 +242,17 @@ class Trainer:
             trajectories, metrics = self.rollout(step)
             release_free_memory()  # the KV cache's pages, before the update's activations
         kept = self.filter(trajectories, metrics)
-        with timer("update"):
-            batch = self.batch(kept)
-            metrics.update(prepare(batch, self.models, self.cfg, self.recompute_old_logprobs))
-            metrics.update(self.update(step, batch))
-        metrics["perf/tokens_per_s"] = int(batch.attention_mask.sum()) / max(
-            timer.seconds["update"], 1e-9
-        )
-        work = metrics.get(UPDATE_FLOPS, 0.0)
-        metrics.update(update_speed(work, timer.seconds["update"], self.models))
         self.logger.log_trajectories(step, trajectories, self.cfg.trainer.log_trajectories)
+        if not kept.trajectories:  # filter.keep_zero_std=false and no group's rewards varied
+            return {**metrics, **timer.metrics()}  # rollout/kept_groups = 0: no update
+        with timer("update"):
+            batch = self.batch(kept.trajectories)
+            recompute, weights = self.recompute_old_logprobs, kept.advantage_weights
+            metrics.update(prepare(batch, self.models, self.cfg, recompute, weights))
+            metrics.update(self.update(step, batch))
+        seconds = max(timer.seconds["update"], 1e-9)
+        metrics["perf/tokens_per_s"] = int(batch.attention_mask.sum()) / seconds
+        metrics.update(update_speed(metrics.get(UPDATE_FLOPS, 0.0), seconds, self.models))
         return {**metrics, **timer.metrics()}
 
     def rollout(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
@@ -264,10 +265,11 @@ class Trainer:
             metrics.update(self.pool.metrics())
         return trajectories, metrics
 
-    def filter(self, trajectories: list[Trajectory], metrics: dict[str, float]) -> list[Trajectory]:
-        """StarPO-S: keep the groups whose rewards vary most (all groups when off)."""
-        kept, filter_metrics = keep_uncertain_groups(trajectories, self.cfg.filter)
-        metrics.update(filter_metrics)
+    def filter(self, trajectories: list[Trajectory], metrics: dict[str, float]) -> KeptGroups:
+        """StarPO-S: keep the groups whose rewards vary most (all groups when off), with
+        their advantage weights (filter.soft_reweight, filter.loss_scale)."""
+        kept = keep_uncertain_groups(trajectories, self.cfg.filter)
+        metrics.update(kept.metrics)
         return kept
 
     def batch(self, trajectories: list[Trajectory]) -> TrainBatch:

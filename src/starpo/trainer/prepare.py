@@ -108,10 +108,16 @@ def old_logprobs_recomputed(setting: bool | None, exact_rollout_logprobs: bool) 
 
 @torch.no_grad()
 def prepare(
-    batch: TrainBatch, models: TrainModels, cfg: TrainConfig, recompute_old_logprobs: bool
+    batch: TrainBatch,
+    models: TrainModels,
+    cfg: TrainConfig,
+    recompute_old_logprobs: bool,
+    advantage_weights: list[float] | None = None,
 ) -> dict[str, float]:
     """Fill in old log-probs (recomputed or the rollout's), reference log-probs, old values,
-    advantages and returns; no gradients.
+    advantages and returns; no gradients. `advantage_weights`: one factor per row that
+    scales its advantages once they are computed (and whitened): the filter's soft
+    reweighting and loss scale (`episodes.KeptGroups`).
 
     Recomputed old log-probs are left to `ppo_update` (`batch.old_logprobs` None): it knows
     which rows its first mini-batch trains on, whose old log-probs are the training
@@ -164,6 +170,9 @@ def prepare(
     batch.advantages, batch.returns = compute_advantages(
         algo.adv_estimator, inputs, **algo.advantage_params()
     )
+    if advantage_weights is not None:
+        weights = torch.tensor(advantage_weights, dtype=batch.advantages.dtype)
+        batch.advantages = batch.advantages * weights.to(batch.advantages.device)[:, None]
     # The turns GiGPO's step level can credit (logged for every estimator: it says whether
     # states recur within groups at all).
     if batch.turn_states is not None:
