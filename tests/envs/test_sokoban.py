@@ -376,3 +376,34 @@ def test_plan_is_cached_along_the_way(monkeypatch):
     while (action := env.optimal_action()) is not None:
         env.step(action)
     assert env.is_success() and len(calls) == 1
+
+
+@pytest.mark.parametrize("seed", range(10000, 10005))
+def test_sokoban_coord_states_the_grid_cells_in_words(seed):
+    """sokoban-coord (RAGEN-2's CoordSokoban): the grid of `sokoban`, then a line naming the
+    player's, boxes' and targets' (row, column) cells, which must be where the grid draws them."""
+    from starpo.envs import check_env
+
+    coord, plain = make("sokoban-coord"), make("sokoban")
+    text, _ = coord.reset(seed=seed)
+    grid_text, _ = plain.reset(seed=seed)
+    for action in ("Up", "Left", "Down", "Right"):
+        grid, line = text.rsplit("\n", 1)
+        assert grid == grid_text  # the same level, the same grid
+        rows = grid.split("\n")
+        player = next(
+            (r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch in "PS"
+        )
+        assert line.startswith(f"Player at ({player[0]}, {player[1]}); boxes at (")
+        boxes = sorted(
+            (r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch in "X√"
+        )
+        assert f"boxes at {', '.join(f'({r}, {c})' for r, c in boxes)};" in line
+        text, *_ = coord.step(action)
+        grid_text, *_ = plain.step(action)
+    assert check_env(make("sokoban-coord"))  # every check passes
+
+
+def test_sokoban_coordinates_flag_must_be_a_bool():
+    with pytest.raises(UserError, match="coordinates must be true or false"):
+        make("sokoban", coordinates="yes")

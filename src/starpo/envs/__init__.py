@@ -38,6 +38,13 @@ register(
     description="Sokoban 6x6 with 1 box, solvable within the action budget.",
 )
 register(
+    "sokoban-coord",
+    "starpo.envs.sokoban:SokobanEnv",
+    kwargs={"dim_room": (6, 6), "num_boxes": 1, "coordinates": True},
+    description="Sokoban 6x6 with 1 box, the grid plus player, box and target coordinates "
+    "(RAGEN-2's CoordSokoban).",
+)
+register(
     "sokoban-large",
     "starpo.envs.sokoban:SokobanEnv",
     kwargs={"dim_room": (8, 8), "num_boxes": 2},
