@@ -47,16 +47,21 @@ def _seconds(metrics: Mapping[str, Any], key: str) -> float:
     return float(value)
 
 
+#: Timings inside `timing_s/step` that are measurements, not training.
+NOT_TRAINING = ("timing_s/validation", "timing_s/mi_probe")
+
+
 def step_train_seconds(metrics: Mapping[str, Any]) -> float:
     """A step's training seconds: its wall-clock (`timing_s/step`) minus its validation
-    (`timing_s/validation`), plus the time the previous checkpoint save held the run up
-    (`perf/checkpoint_s`, which rides on this step's line). Rollout, update and saving
-    count; validation does not, so the validation cadence does not change how much
-    training a budget buys. 0 for a line without `timing_s/step` (step 0's validation)."""
+    (`timing_s/validation`) and template-collapse probe (`timing_s/mi_probe`), plus the
+    time the previous checkpoint save held the run up (`perf/checkpoint_s`, which rides
+    on this step's line). Rollout, update and saving count; measurements do not, so how
+    often they run does not change how much training a budget buys. 0 for a line without
+    `timing_s/step` (step 0's validation)."""
     step = _seconds(metrics, "timing_s/step")
     if step == 0.0:
         return 0.0
-    training = max(0.0, step - _seconds(metrics, "timing_s/validation"))
+    training = max(0.0, step - sum(_seconds(metrics, key) for key in NOT_TRAINING))
     return training + _seconds(metrics, "perf/checkpoint_s")
 
 

@@ -101,7 +101,9 @@ def test_grpo_collapse_is_detected_early(seed):
     assert 5 <= first_warning < COLLAPSE_STEP  # warned before the reward peak drops
     assert verdicts[-1].state == "collapse"
     fired = {a.rule for v in verdicts for a in v.alerts}
-    assert fired == set(RULES)  # every rule sees its part of the Echo Trap
+    # Every rule sees its part of the Echo Trap; template collapse (RAGEN-2) is another
+    # failure, read from probe metrics this stream has not (see test_template_rule.py).
+    assert fired == set(RULES) - {"template"}
     assert all(v.state != "collapse" for v in verdicts[:COLLAPSE_STEP])
 
 

@@ -1,4 +1,5 @@
-"""Echo-Trap diagnostics: per-step collapse metrics and an online collapse detector.
+"""Echo-Trap diagnostics: per-step collapse metrics, RAGEN-2's template-collapse metrics
+(`template_collapse`) and an online collapse detector.
 
 Imports only `starpo.types`, `starpo.config` (for its `diagnostics` section), the
 standard library and numpy (never torch).

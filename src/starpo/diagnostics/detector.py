@@ -104,7 +104,7 @@ def observe_grad(s: Signals, step: int, x: float, cfg: DiagnosticsConfig) -> Non
 
 
 #: Rules about the policy narrowing; quiet once the task is solved (see solved_success).
-NARROWING_RULES = frozenset({"reward_std", "entropy", "think", "diversity"})
+NARROWING_RULES = frozenset({"reward_std", "entropy", "think", "diversity", "template"})
 
 
 class CollapseDetector:

@@ -41,8 +41,8 @@ class Alert:
 class Signals:
     """Running history of the detector (JSON-serialisable, so checkpoints restore it).
 
-    Signal names: success, reward, std, zero_std, entropy, think, distinct, identical
-    (EMAs), and grad (handled by the z-score fields instead of an EMA).
+    Signal names: success, reward, std, zero_std, entropy, think, distinct, identical,
+    retrieval, chance (EMAs), and grad (handled by the z-score fields instead of an EMA).
     """
 
     updates: int = 0
@@ -221,6 +221,30 @@ def rule_reward_collapse(s: Signals, cfg: DiagnosticsConfig, step: int) -> Alert
     )
 
 
+def rule_template(s: Signals, cfg: DiagnosticsConfig, step: int) -> Alert | None:
+    """(g) Template collapse (RAGEN-2): replies stop depending on their input while the
+    policy stays as random as before, which the entropy rule cannot see.
+
+    Fires when the probe's retrieval-accuracy EMA (`diagnostics.mi_every`) is above chance
+    by at most template_acc_margin x (1 - chance), after at least two probes, while the
+    entropy EMA is at least template_entropy_ratio x its peak (a policy whose entropy
+    fell too is the entropy rule's case). Warning.
+    """
+    acc, chance, entropy = s.ema.get("retrieval"), s.ema.get("chance"), s.ema.get("entropy")
+    if acc is None or chance is None or entropy is None or len(s.trend["retrieval"]) < 2:
+        return None
+    threshold = chance + cfg.template_acc_margin * (1.0 - chance)
+    entropy_floor = cfg.template_entropy_ratio * s.peak["entropy"]
+    if acc > threshold or entropy < entropy_floor:
+        return None
+    message = (
+        f"retrieval accuracy EMA {acc:.3g} <= {threshold:.3g} (chance {chance:.3g}) while "
+        f"entropy EMA {entropy:.3g} >= {cfg.template_entropy_ratio} x peak: replies no "
+        "longer depend on the input"
+    )
+    return Alert(step, "template", WARNING, message, acc, threshold)
+
+
 Rule = Callable[[Signals, DiagnosticsConfig, int], "Alert | None"]
 
 # Rule name -> function; `diagnostics/alert/<name>` is logged for each.
@@ -231,4 +255,5 @@ RULES: dict[str, Rule] = {
     "think": rule_think,
     "diversity": rule_diversity,
     "reward_collapse": rule_reward_collapse,
+    "template": rule_template,
 }

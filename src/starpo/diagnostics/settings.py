@@ -37,6 +37,28 @@ class DiagnosticsConfig(ConfigSection):
     identical_key: str = _f(
         "diagnostics/identical_in_group", "Metric of the share of identical responses in a group."
     )
+    retrieval_key: str = _f(
+        "diagnostics/mi/first_turn/retrieval_acc",
+        "Metric of the template-collapse probe's retrieval accuracy (see mi_every).",
+    )
+    chance_key: str = _f(
+        "diagnostics/mi/first_turn/chance", "Metric of that retrieval accuracy's chance level."
+    )
+    # RAGEN-2's template-collapse probe (trainer/mi_probe.py)
+    mi_every: int = _f(
+        10,
+        "Every this many steps, score a sample of the step's replies under every prompt of "
+        "the sample and log the input-reply mutual information and retrieval accuracy "
+        "(RAGEN-2's template collapse: reasoning that keeps its entropy but stops depending "
+        "on the input); 0 = off.",
+        ge=0,
+    )
+    mi_samples: int = _f(
+        8,
+        "(prompt, reply) pairs per probe sample, N: N x N forward rows per sample.",
+        ge=2,
+        why="one reply has no other prompt to be told apart from",
+    )
     # smoothing and bookkeeping
     ema_alpha: float = _f(
         0.3, "EMA weight of a new value: ema = alpha x value + (1 - alpha) x ema.", gt=0.0, le=1.0
@@ -101,11 +123,22 @@ class DiagnosticsConfig(ConfigSection):
     identical_rise: float = _f(
         0.3, "... and only after it rose this much above its lowest EMA.", ge=0.0
     )
+    # (g) template collapse (RAGEN-2)
+    template_acc_margin: float = _f(
+        0.1,
+        "template rule: retrieval accuracy EMA above chance by at most this share of the "
+        "way from chance to 1 ...",
+        ge=0.0,
+        le=1.0,
+    )
+    template_entropy_ratio: float = _f(
+        0.5, "... while the entropy EMA stays above this x its peak.", ge=0.0
+    )
     # a solved task may turn deterministic: that is convergence, not collapse
     solved_success: float = _f(
         0.9,
-        "The narrowing rules (reward_std, entropy, think, diversity) stay quiet once the "
-        "training success EMA reaches this ...",
+        "The narrowing rules (reward_std, entropy, think, diversity, template) stay quiet "
+        "once the training success EMA reaches this ...",
         ge=0.0,
     )
     learning_rise: float = _f(
@@ -134,6 +167,8 @@ class DiagnosticsConfig(ConfigSection):
             "think": self.think_key,
             "distinct": self.distinct_key,
             "identical": self.identical_key,
+            "retrieval": self.retrieval_key,
+            "chance": self.chance_key,
         }
 
     def _check(self) -> None:

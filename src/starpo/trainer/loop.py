@@ -34,6 +34,7 @@ from starpo.trainer.checkpoint import (
 )
 from starpo.trainer.collapse import CollapseGuard
 from starpo.trainer.episodes import KeptGroups, keep_uncertain_groups, play_step, rollout_metrics
+from starpo.trainer.mi_probe import mi_probe
 from starpo.trainer.optim import Optimizers, build_optimizers
 from starpo.trainer.prepare import old_logprobs_recomputed, prepare
 from starpo.trainer.run_state import checkpoint_contents, restore_training_state
@@ -241,6 +242,7 @@ class Trainer:
         with timer("rollout"):
             trajectories, metrics = self.rollout(step)
             release_free_memory()  # the KV cache's pages, before the update's activations
+        metrics.update(mi_probe(step, trajectories, self.models, self.cfg, self._seed(step, 4)))
         kept = self.filter(trajectories, metrics)
         self.logger.log_trajectories(step, trajectories, self.cfg.trainer.log_trajectories)
         if not kept.trajectories:  # filter.keep_zero_std=false and no group's rewards varied
