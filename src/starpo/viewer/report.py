@@ -72,6 +72,27 @@ PANELS: tuple[Panel, ...] = (
 )
 
 
+#: Panels of metrics a run logs only when a setting turns them on: drawn only for runs
+#: that have them. RAGEN-2's template-collapse probe (diagnostics.mi_every): retrieval
+#: accuracy against its chance level, and the input-reply mutual information.
+OPTIONAL_PANELS: tuple[Panel, ...] = (
+    Panel(
+        "mi_retrieval",
+        "Template collapse: retrieval accuracy",
+        (
+            ("first turn", "diagnostics/mi/first_turn/retrieval_acc"),
+            ("uniform", "diagnostics/mi/uniform/retrieval_acc"),
+            ("chance", "diagnostics/mi/first_turn/chance"),
+        ),
+    ),
+    Panel(
+        "mi",
+        "Input-reply mutual information (nats)",
+        (("first turn", "diagnostics/mi/first_turn/mi"), ("uniform", "diagnostics/mi/uniform/mi")),
+    ),
+)
+
+
 @dataclass(frozen=True)
 class Alert:
     """One line of alerts.jsonl."""
@@ -160,6 +181,12 @@ def panel_series(run: RunData, panel: Panel) -> list[tuple[str, str]]:
         for key in keys:
             found.append((f"{label} {key.split('/')[1]}" if len(keys) > 1 else label, key))
     return found
+
+
+def run_panels(runs: Sequence[RunData]) -> tuple[Panel, ...]:
+    """PANELS, then each of OPTIONAL_PANELS that some run has data for."""
+    extra = [p for p in OPTIONAL_PANELS if any(panel_series(run, p) for run in runs)]
+    return PANELS + tuple(extra)
 
 
 def _plot_series(
@@ -347,8 +374,9 @@ def write_report(run_dirs: list[Path], out_dir: Path | None = None, x: str = "st
     out_dir = Path(out_dir)
     check_writable(out_dir, "report folder")  # a file, or a path under one, is one line
     main_name = "overview.png" if len(runs) == 1 else "compare.png"
-    written = [_save(build_figure(runs, x=x), out_dir / main_name)]
-    for panel in PANELS:
+    panels = run_panels(runs)
+    written = [_save(build_figure(runs, panels, x=x), out_dir / main_name)]
+    for panel in panels:
         if any(panel_series(run, panel) for run in runs):
             fig = build_figure(runs, [panel], title=run_names(runs), x=x)
             written.append(_save(fig, out_dir / f"{panel.name}.png"))

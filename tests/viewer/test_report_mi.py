@@ -1,0 +1,69 @@
+"""`starpo report`'s template-collapse panels (RAGEN-2's probe, diagnostics.mi_every):
+drawn for runs that logged the probe's metrics, absent from runs that did not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from starpo.viewer.report import (
+    OPTIONAL_PANELS,
+    PANELS,
+    build_figure,
+    load_run,
+    panel_series,
+    run_panels,
+    write_report,
+)
+
+
+def _run(root: Path, name: str, probe: bool) -> Path:
+    """Ten steps; with `probe`, the probe's metrics every third step, accuracy falling."""
+    run = root / name
+    run.mkdir()
+    lines = []
+    for step in range(1, 11):
+        record = {"step": step, "actor/entropy": 1.0, "train/bandit/success": 0.5}
+        if probe and step % 3 == 0:
+            for sample in ("first_turn", "uniform"):
+                prefix = f"diagnostics/mi/{sample}/"
+                record[prefix + "retrieval_acc"] = 1.0 - step / 12
+                record[prefix + "chance"] = 0.125
+                record[prefix + "mi"] = 2.0 - step / 6
+        lines.append(json.dumps(record) + "\n")
+    (run / "metrics.jsonl").write_text("".join(lines), encoding="utf-8")
+    return run
+
+
+def test_probe_panels_are_drawn_when_the_run_has_them(tmp_path):
+    run = _run(tmp_path, "probed", probe=True)
+    paths = write_report([run])
+    names = {p.name for p in paths}
+    assert {"mi_retrieval.png", "mi.png"} <= names
+    data = load_run(run)
+    retrieval, mi = OPTIONAL_PANELS
+    assert [label for label, _ in panel_series(data, retrieval)] == [
+        "first turn",
+        "uniform",
+        "chance",
+    ]
+    assert panel_series(data, mi) == [
+        ("first turn", "diagnostics/mi/first_turn/mi"),
+        ("uniform", "diagnostics/mi/uniform/mi"),
+    ]
+    fig = build_figure([data], run_panels([data]))
+    titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
+    assert len(titles) == len(PANELS) + 2
+    assert "Template collapse: retrieval accuracy" in titles
+    steps, _ = data.series["diagnostics/mi/first_turn/retrieval_acc"]
+    assert steps.tolist() == [3, 6, 9]  # only the probed steps
+
+
+def test_runs_without_the_probe_get_no_probe_panels(tmp_path):
+    run = _run(tmp_path, "plain", probe=False)
+    names = {p.name for p in write_report([run])}
+    assert not names & {"mi_retrieval.png", "mi.png"}
+    assert run_panels([load_run(run)]) == PANELS
+    # Compared with a probed run, the panels are there (the plain run draws nothing in them).
+    both = [load_run(run), load_run(_run(tmp_path, "probed", probe=True))]
+    assert run_panels(both) == PANELS + OPTIONAL_PANELS
