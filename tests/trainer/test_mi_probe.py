@@ -16,7 +16,6 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from starpo.compute import forward
 from starpo.compute.cross_scoring import cross_scores, reply_logprobs
 from starpo.diagnostics.template_collapse import SAMPLES, mi_key, template_collapse_metrics
-from starpo.models import tiny_random_model
 from starpo.run_metrics import read_metrics
 from starpo.timing import step_train_seconds
 from starpo.trainer.loop import Trainer
@@ -71,10 +70,22 @@ def test_samples_are_seeded_uniform_and_leave_other_random_streams_alone():
     assert first_turn_sample([empty], 8, random.Random(0)) == []
 
 
+def random_model(seed: int = 3) -> LlamaForCausalLM:
+    """A small random Llama (512-token vocabulary, tied head) built without a tokenizer,
+    so the test does not pay for loading one."""
+    config = LlamaConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+    )  # fmt: skip
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return LlamaForCausalLM(config).eval()
+
+
 def random_pairs(n: int, seed: int = 0) -> tuple[list[list[int]], list[list[int]]]:
     g = torch.Generator().manual_seed(seed)
-    prompts = [torch.randint(10, 5000, (int(18 + 5 * i),), generator=g).tolist() for i in range(n)]
-    replies = [torch.randint(10, 5000, (int(2 + i % 3),), generator=g).tolist() for i in range(n)]
+    prompts = [torch.randint(1, 512, (int(18 + 5 * i),), generator=g).tolist() for i in range(n)]
+    replies = [torch.randint(1, 512, (int(2 + i % 3),), generator=g).tolist() for i in range(n)]
     return prompts, replies
 
 
@@ -82,9 +93,8 @@ def random_pairs(n: int, seed: int = 0) -> tuple[list[list[int]], list[list[int]
 @pytest.mark.parametrize("max_rows", [4, 16])
 def test_batched_cross_scores_equal_scoring_each_pair_alone(monkeypatch, packing, max_rows):
     monkeypatch.setattr(forward, "PACKING", packing)
-    model, tokenizer = tiny_random_model(seed=3)
+    model, pad = random_model(), 0
     prompts, replies = random_pairs(4)
-    pad = tokenizer.pad_token_id
     scores = cross_scores(model, prompts, replies, 0.7, pad, max_rows=max_rows)
     alone = torch.tensor(
         [[float(reply_logprobs(model, [p], [r], 0.7, pad)[0]) for r in replies] for p in prompts],
@@ -96,10 +106,9 @@ def test_batched_cross_scores_equal_scoring_each_pair_alone(monkeypatch, packing
 
 
 def test_repeated_prompts_and_replies_are_scored_once_with_equal_entries():
-    model, tokenizer = tiny_random_model(seed=3)
+    model, pad = random_model(), 0
     prompts, replies = random_pairs(3)
     prompts, replies = prompts + [prompts[0]], replies + [replies[1]]  # a repeat of each
-    pad = tokenizer.pad_token_id
     scores = cross_scores(model, prompts, replies, 1.0, pad, max_rows=16)
     assert torch.equal(scores[3], scores[0]) and torch.equal(scores[:, 3], scores[:, 1])
     alone = float(reply_logprobs(model, [prompts[3]], [replies[3]], 1.0, pad)[0])
