@@ -200,14 +200,10 @@ class SokobanEnv(TextEnv):
         """The player, boxes and targets as (row, column) cells, counted from 0 at the
         top-left wall (the coordinates line of `coordinates=True`)."""
         targets = self.level.targets if self.level is not None else frozenset()
-
-        def cells(found: frozenset[Cell]) -> str:
-            return ", ".join(f"({r}, {c})" for r, c in sorted(found)) or "none"
-
-        return (
-            f"Player at ({self.player[0]}, {self.player[1]}); boxes at {cells(self.boxes)}; "
-            f"targets at {cells(targets)}."
+        boxes, goals = (
+            ", ".join(map(str, sorted(cells))) or "none" for cells in (self.boxes, targets)
         )
+        return f"Player at {tuple(self.player)}; boxes at {boxes}; targets at {goals}."
 
     def _cells(self) -> list[list[str]]:
         """The symbol of every cell, row by row."""
