@@ -97,6 +97,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     if config_path is None and mode and (out / "config.yaml").is_file():
         config_path = out / "config.yaml"  # resume with the config the run was saved with
     cfg = load_config(config_path, args.overrides)  # a bad config fails before files change
+    from starpo.envs import make
+
+    # A wrong env id or argument fails in one line here, in a second, before torch loads.
+    make(cfg.env.id, **cfg.env.kwargs)
+    make(cfg.env.validation_id, **cfg.env.validation_kwargs)
     if cfg.trainer.memory_check:
         from starpo.planning_fit import check_fits
 
