@@ -3,7 +3,7 @@ positions: entry t describes token t (its log-prob, its value, its reward, its m
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 
 import torch
@@ -79,22 +79,26 @@ def state_ids(trajectories: list[Trajectory], width: int) -> torch.Tensor:
     return out
 
 
+def padded(
+    rows: Sequence[Sequence[float]], width: int, fill: float = 0, dtype: torch.dtype = torch.float
+) -> torch.Tensor:
+    """(len(rows), width) tensor of `rows`, each right-padded with `fill`."""
+    out = torch.full((len(rows), width), fill, dtype=dtype)
+    for index, row in enumerate(rows):
+        out[index, : len(row)] = torch.tensor(row, dtype=dtype)
+    return out
+
+
 def build_batch(
     trajectories: list[Trajectory], pad_token_id: int, per_turn_rewards: bool
 ) -> TrainBatch:
     """Pad trajectories into a TrainBatch; rewards are the training rewards (with penalties)."""
     width = max(len(t.token_ids) for t in trajectories)
     n = len(trajectories)
-    input_ids = torch.full((n, width), pad_token_id, dtype=torch.long)
-    attention = torch.zeros(n, width, dtype=torch.long)
-    loss_mask = torch.zeros(n, width)
-    logprobs = torch.zeros(n, width)
-    for row, t in enumerate(trajectories):
-        length = len(t.token_ids)
-        input_ids[row, :length] = torch.tensor(t.token_ids)
-        attention[row, :length] = 1
-        loss_mask[row, :length] = torch.tensor(t.loss_mask, dtype=torch.float)
-        logprobs[row, :length] = torch.tensor(t.logprobs)
+    input_ids = padded([t.token_ids for t in trajectories], width, pad_token_id, torch.long)
+    attention = padded([[1] * len(t.token_ids) for t in trajectories], width, 0, torch.long)
+    loss_mask = padded([t.loss_mask for t in trajectories], width)
+    logprobs = padded([t.logprobs for t in trajectories], width)
     rewards = [[turn.reward for turn in t.turns] for t in trajectories]
     ends = [list(t.turn_ends) for t in trajectories]
     turn_rewards, turn_ends = pad_turns(rewards, ends)

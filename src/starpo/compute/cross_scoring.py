@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from starpo.compute.batch import TrainBatch
+from starpo.compute.batch import TrainBatch, padded
 from starpo.compute.forward import policy_logprobs
 
 
@@ -29,13 +29,10 @@ def pair_batch(
     loss mask on the reply's tokens; the fields the update needs are zeros."""
     rows = [list(p) + list(r) for p, r in zip(prompts, replies, strict=True)]
     n, width = len(rows), max(len(row) for row in rows)
-    ids = torch.full((n, width), pad_token_id, dtype=torch.long)
-    attention = torch.zeros(n, width, dtype=torch.long)
-    loss_mask = torch.zeros(n, width)
-    for row, (tokens, prompt) in enumerate(zip(rows, prompts, strict=True)):
-        ids[row, : len(tokens)] = torch.tensor(tokens)
-        attention[row, : len(tokens)] = 1
-        loss_mask[row, len(prompt) : len(tokens)] = 1.0
+    ids = padded(rows, width, pad_token_id, torch.long)
+    attention = padded([[1] * len(row) for row in rows], width, 0, torch.long)
+    masks = [[0.0] * len(p) + [1.0] * len(r) for p, r in zip(prompts, replies, strict=True)]
+    loss_mask = padded(masks, width)
     zeros = torch.zeros(n, width)
     return TrainBatch(
         input_ids=ids,
