@@ -461,6 +461,10 @@ def test_adaptive_filters_plan_for_every_group_and_allow_a_smaller_last_mini_bat
         assert cfg.groups_kept_per_step == 8 and cfg.trajectories_per_step == 128
     off = load_config(None, ["filter.rule=top_p", "optim.mini_batch_size=32"])
     assert not off.filter.varies  # the filter is off: every group, every step
+    from starpo.algorithms.filtering import ADAPTIVE_RULES, RULES
+
+    adaptive = {r for r in RULES if load_config(None, [f"filter.rule={r}"]).filter.adaptive}
+    assert adaptive == set(ADAPTIVE_RULES)  # the config's torch-free copy agrees
 
 
 def test_the_batch_fix_suggested_is_valid():

@@ -256,8 +256,7 @@ class TrainConfig(ConfigSection):
                 "use gigpo (per-turn credit without a critic) or gae / bi_level_gae (with one)"
             )
         batch, mini = self.trajectories_per_step, self.optim.mini_batch_size
-        adaptive = self.filter.rule in ("top_p", "min_p")
-        if self.filter.enabled and adaptive and self.filter.mode != "top_std":
+        if self.filter.enabled and self.filter.adaptive and self.filter.mode != "top_std":
             raise UserError(
                 f"filter.rule={self.filter.rule} keeps the groups with the largest scores; "
                 "set filter.mode=top_std, or use filter.rule=ratio or top_k with bottom_std"

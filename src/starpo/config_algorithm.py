@@ -88,10 +88,16 @@ class FilterConfig(ConfigSection):
     )
 
     @property
+    def adaptive(self) -> bool:
+        """Whether `rule` sizes the kept set from the scores (top_p, min_p; the same set as
+        `starpo.algorithms.filtering.ADAPTIVE_RULES`, kept torch-free here)."""
+        return self.rule in ("top_p", "min_p")
+
+    @property
     def varies(self) -> bool:
         """Whether the number of groups kept changes from step to step (then a step's last
         mini-batch may be smaller)."""
-        return self.enabled and (self.rule in ("top_p", "min_p") or not self.keep_zero_std)
+        return self.enabled and (self.adaptive or not self.keep_zero_std)
 
 
 class AlgorithmConfig(ConfigSection):
