@@ -15,8 +15,15 @@ def describe(env: TextEnv) -> str:
     lines = [env.instruction]
     if env.legend:
         lines.append(f"Symbols: {env.legend_text()}")
-    lines.append(f"Actions: {', '.join(env.action_names)} (type one per line, 'quit' to stop)")
+    lines.append(f"{choices(env)} (type one per line, 'quit' to stop)")
     return "\n".join(lines)
+
+
+def choices(env: TextEnv) -> str:
+    """What the player may type: the action names, or a free-text env's answer format."""
+    if env.free_text:
+        return f"Answer with {env.answer_format}"
+    return f"Actions: {', '.join(env.action_names)}"
 
 
 def play_interactive(
@@ -36,7 +43,7 @@ def play_interactive(
         obs, reward, terminated, truncated, info = env.step(line.strip())
         if not info["action_is_valid"]:
             print(
-                f"not an action: {line.strip()!r:.60}; choose one of {', '.join(env.action_names)}",
+                f"not an action: {line.strip()!r:.60}. {choices(env)}",
                 file=stdout,
             )
             continue

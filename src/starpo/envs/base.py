@@ -4,6 +4,10 @@ Subclasses implement four small hooks (`_reset`, `_step`, `render`, `snapshot`) 
 their action names; the base class owns everything every env must do the same way: seeding,
 case-insensitive action matching, invalid actions that never raise and change nothing, the
 episode action budget, and the `info` keys the rollout engine relies on.
+
+Free-text envs (an expression, a number, a placement) declare no action names; they describe
+their answers in `answer_format` and judge answers themselves in `parse_action` (with
+`action_label` and `sample_action`): the same budget, info keys and checker apply.
 """
 
 from __future__ import annotations
@@ -59,8 +63,11 @@ class TextEnv(ABC):
 
     #: One line shown by `starpo envs`.
     description: ClassVar[str] = ""
-    #: Action names, matched case-insensitively by `step`.
+    #: Action names, matched case-insensitively by `step`; empty for a free-text env.
     action_names: tuple[str, ...] = ()
+    #: A free-text env's answer, described for the prompt (it completes "Answer with ..."),
+    #: e.g. "an arithmetic expression such as (3+5)*2".
+    answer_format: str = ""
     #: Task text for the prompt.
     instruction: str = ""
     #: Grid symbol -> meaning, shown in the prompt.
@@ -85,8 +92,25 @@ class TextEnv(ABC):
         """Build a new initial state from `self.np_random` and `options`; return extra info."""
 
     @abstractmethod
-    def _step(self, action_index: int) -> tuple[float, bool, bool, dict[str, Any]]:
-        """Apply a valid action; return (reward, terminated, effective, extra info)."""
+    def _step(self, action: Any) -> tuple[float, bool, bool, dict[str, Any]]:
+        """Apply a valid action (its index in `action_names`, or what a free-text env's
+        `parse_action` returned); return (reward, terminated, effective, extra info)."""
+
+    # ------------------------------------------------------------ free-text answer hooks
+    def parse_action(self, action: Any) -> Any | None:
+        """The action `action` names, in the form `_step` takes, or None when it is invalid.
+        Never raises, whatever `action` is (any type). The default reads action names (or an
+        index); a free-text env overrides it, with `action_label` and `sample_action`."""
+        return self.action_index(action)
+
+    def action_label(self, action: Any) -> str:
+        """The canonical text of a parsed action, reported as `info["action"]`."""
+        return self.action_names[action]
+
+    def sample_action(self, rng: np.random.Generator) -> str:
+        """A random well-formed answer from `rng` (the random baseline, the checker): a
+        uniformly drawn action name here; a free-text env draws a valid, usually wrong one."""
+        return str(rng.choice(self.action_names))
 
     @abstractmethod
     def render(self) -> str:
@@ -126,6 +150,11 @@ class TextEnv(ABC):
 
     # ------------------------------------------------------------------- public API
     @property
+    def free_text(self) -> bool:
+        """Whether answers are free text judged by the env (no fixed action names)."""
+        return not self.action_names
+
+    @property
     def done(self) -> bool:
         """Whether the episode has ended (or not started): step() needs a reset() first."""
         return self._done
@@ -147,22 +176,24 @@ class TextEnv(ABC):
         return self.render(), info
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        """Apply one action (a name, matched case-insensitively, or an index).
+        """Apply one action (a name, matched case-insensitively, or an index; for a free-text
+        env, an answer its `parse_action` accepts).
 
         An invalid action never raises: it changes nothing, does not use the budget, and
         reports `action_is_valid=False`.
         """
         if self._done:
             raise RuntimeError("the episode is over: call reset() before step()")
-        index = self.action_index(action)
-        if index is None:
+        parsed = self.parse_action(action)
+        if parsed is None:
             info = self._info(valid=False, effective=False, action=None)
             return self.render(), 0.0, False, False, info
-        reward, terminated, effective, extra = self._step(index)
+        label = self.action_label(parsed)  # before _step: a label may read the state
+        reward, terminated, effective, extra = self._step(parsed)
         self.num_steps += 1
         truncated = not terminated and self.num_steps >= self.max_steps
         self._done = terminated or truncated
-        info = self._info(valid=True, effective=effective, action=self.action_names[index])
+        info = self._info(valid=True, effective=effective, action=label)
         info.update(extra)
         return self.render(), float(reward), bool(terminated), bool(truncated), info
 

@@ -32,6 +32,11 @@ INVALID_ACTIONS: tuple[Any, ...] = (
     b"Up",
     ["Up"],
 )
+# A free-text env judges any text itself (a wrong answer may be a valid action that uses an
+# attempt), so only what can never be an answer must be rejected: blanks and non-strings.
+FREE_TEXT_INVALID_ACTIONS: tuple[Any, ...] = tuple(
+    a for a in INVALID_ACTIONS if not isinstance(a, str) or not a.strip()
+)
 
 
 class EnvCheckError(AssertionError):
@@ -47,10 +52,28 @@ def _rng_state(env: TextEnv) -> Any:
     return env.np_random.bit_generator.state
 
 
+def _overrides(env: TextEnv, hook: str) -> bool:
+    return getattr(type(env), hook) is not getattr(TextEnv, hook)
+
+
+def _check_free_text_hooks(env: TextEnv) -> None:
+    _require(
+        isinstance(env.answer_format, str) and env.answer_format.strip() != "",
+        "an env without action_names is free-text: describe its answers in answer_format",
+    )
+    missing = [
+        h for h in ("parse_action", "action_label", "sample_action") if not _overrides(env, h)
+    ]
+    _require(not missing, f"a free-text env must implement {', '.join(missing)}")
+
+
 def check_attributes(env: TextEnv, seeds: list[int]) -> None:
-    """Action names, instruction, legend and reward range are well formed."""
+    """Action names (or a free-text env's answer hooks), instruction, legend and reward
+    range are well formed."""
     names = env.action_names
-    _require(isinstance(names, tuple) and len(names) > 0, "action_names must be a non-empty tuple")
+    _require(isinstance(names, tuple), "action_names must be a tuple (empty for free text)")
+    if not names:
+        _check_free_text_hooks(env)
     _require(
         all(isinstance(n, str) and n.strip() == n and n for n in names),
         "action names must be non-empty strings without surrounding spaces",
@@ -86,7 +109,9 @@ def check_reset(env: TextEnv, seeds: list[int]) -> None:
 def check_step_shapes(env: TextEnv, seeds: list[int]) -> None:
     """step returns (str, float, bool, bool, dict) with the required info keys."""
     env.reset(seed=seeds[0])
-    result = env.step(env.action_names[0])
+    action = env.sample_action(np.random.default_rng(0))
+    _require(isinstance(action, str), "sample_action must return a str")
+    result = env.step(action)
     _require(
         isinstance(result, tuple) and len(result) == 5,
         "step must return (obs, reward, terminated, truncated, info)",
@@ -101,11 +126,27 @@ def check_step_shapes(env: TextEnv, seeds: list[int]) -> None:
     _require(isinstance(info, dict), "step info must be a dict")
     missing = [k for k in STEP_INFO_KEYS if k not in info]
     _require(not missing, f"step info lacks keys {missing}")
-    _require(info["action_is_valid"] is True, "a listed action name must be valid")
+    _require(
+        info["action_is_valid"] is True,
+        f"a sampled action ({action!r:.40}) must be valid: a listed name or a well-formed answer",
+    )
 
 
 def check_case_insensitive(env: TextEnv, seeds: list[int]) -> None:
-    """Action names are matched case-insensitively and with surrounding spaces."""
+    """Action names are matched case-insensitively and with surrounding spaces; a free-text
+    answer is read the same with surrounding spaces."""
+    if env.free_text:
+        answer = env.sample_action(np.random.default_rng(1))
+        labels = []
+        for text in (answer, f"  {answer} \n"):
+            env.reset(seed=seeds[0])
+            *_, info = env.step(text)
+            labels.append(info["action"])
+        _require(
+            labels[0] is not None and labels[0] == labels[1],
+            f"{answer!r:.40} with surrounding spaces should read as {labels[0]!r:.40}",
+        )
+        return
     for variant in (str.upper, str.lower, lambda s: f"  {s.swapcase()} "):
         env.reset(seed=seeds[0])
         *_, info = env.step(variant(env.action_names[0]))
@@ -118,7 +159,7 @@ def check_case_insensitive(env: TextEnv, seeds: list[int]) -> None:
 def check_invalid_actions(env: TextEnv, seeds: list[int]) -> None:
     """Invalid actions never raise, change nothing and report action_is_valid=False."""
     env.reset(seed=seeds[0])
-    for action in INVALID_ACTIONS:
+    for action in FREE_TEXT_INVALID_ACTIONS if env.free_text else INVALID_ACTIONS:
         before = (env.render(), env.snapshot(), env.steps_left, repr(_rng_state(env)))
         try:
             obs, reward, terminated, truncated, info = env.step(action)
@@ -152,7 +193,7 @@ def check_determinism(env: TextEnv, seeds: list[int]) -> None:
     """The same seed and actions give the same observations, rewards and infos."""
     chooser = np.random.default_rng(12345)
     for seed in seeds:
-        actions = [str(chooser.choice(env.action_names)) for _ in range(env.max_steps + 5)]
+        actions = [env.sample_action(chooser) for _ in range(env.max_steps + 5)]
         _require(
             _play(env, seed, actions) == _play(env, seed, actions),
             f"seed {seed}: replaying the same actions gave different transitions",
@@ -167,7 +208,7 @@ def check_random_agent(env: TextEnv, seeds: list[int], episodes_per_seed: int = 
         for episode in range(episodes_per_seed):
             env.reset(seed=seed * 1000 + episode)
             for step in range(env.max_steps):
-                action = str(chooser.choice(env.action_names))
+                action = env.sample_action(chooser)
                 _, reward, terminated, truncated, info = env.step(action)
                 _require(
                     low <= reward <= high,

@@ -17,24 +17,26 @@ Policy = Callable[[TextEnv], str]
 
 
 def random_policy(seed: int = 0) -> Policy:
-    """Uniformly random action names, from a generator of its own."""
+    """Uniformly random action names (a free-text env's own random answers), from a
+    generator of its own."""
     rng = np.random.default_rng(seed)
 
     def act(env: TextEnv) -> str:
-        return str(rng.choice(env.action_names))
+        return env.sample_action(rng)
 
     return act
 
 
 def solver_policy(seed: int = 0) -> Policy:
-    """The env's optimal action; when no action helps any more, the first action name.
-
-    `seed` is unused (the solver is deterministic); it keeps one signature for all policies.
-    """
+    """The env's optimal action; when no action helps any more, the first action name (a
+    free-text env's sampled answer, drawn from `seed`)."""
+    rng = np.random.default_rng(seed)
 
     def act(env: TextEnv) -> str:
         action = env.optimal_action()
-        return action if action is not None else env.action_names[0]
+        if action is not None:
+            return action
+        return env.sample_action(rng) if env.free_text else env.action_names[0]
 
     return act
 

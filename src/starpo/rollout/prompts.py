@@ -42,10 +42,12 @@ def task_description(env: TextEnv, *, max_actions_per_turn: int) -> str:
     lines = [env.instruction]
     if env.legend:
         lines.append(f"The meaning of each symbol in the state is: {env.legend_text()}")
-    lines.append(
-        f"Your available actions are: {', '.join(env.action_names)}. "
-        f"You can make up to {max_actions_per_turn} actions, separated by {'||'}."
+    choices = (
+        f"Answer with {env.answer_format}."
+        if env.free_text
+        else f"Your available actions are: {', '.join(env.action_names)}."
     )
+    lines.append(f"{choices} You can make up to {max_actions_per_turn} actions, separated by ||.")
     return "\n".join(lines)
 
 
