@@ -56,3 +56,9 @@ register(
     kwargs={"dim_room": (6, 6), "num_boxes": 1, "vocab": "newvocab"},
     description="Sokoban 6x6 with 1 box drawn with other symbols (W . G C B A @).",
 )
+register(
+    "qa",
+    "starpo.envs.qa:QAEnv",
+    description="Question answering: a JSONL file of questions and answers (env.kwargs.path, "
+    "e.g. GSM8K), numeric or exact answers; without a file, generated arithmetic.",
+)
