@@ -62,3 +62,14 @@ register(
     description="Question answering: a JSONL file of questions and answers (env.kwargs.path, "
     "e.g. GSM8K), numeric or exact answers; without a file, generated arithmetic.",
 )
+register(
+    "sudoku",
+    "starpo.envs.sudoku:SudokuEnv",
+    description="Sudoku 4x4 with 6 blanks and a unique solution; one placement (r2c3=4) a turn.",
+)
+register(
+    "sudoku-9x9",
+    "starpo.envs.sudoku:SudokuEnv",
+    kwargs={"size": 9, "num_blanks": 30},
+    description="Sudoku 9x9 with 30 blanks and a unique solution; one placement (r2c3=4) a turn.",
+)
