@@ -73,3 +73,15 @@ register(
     kwargs={"size": 9, "num_blanks": 30},
     description="Sudoku 9x9 with 30 blanks and a unique solution; one placement (r2c3=4) a turn.",
 )
+register(
+    "countdown",
+    "starpo.envs.countdown:CountdownEnv",
+    description="Countdown: reach the target with + - * / using each of 3-4 numbers once; "
+    "one answer.",
+)
+register(
+    "countdown-multi",
+    "starpo.envs.countdown:CountdownEnv",
+    kwargs={"attempts": 4},
+    description="Countdown with 4 attempts: a wrong answer is told why (value, numbers used).",
+)
