@@ -236,7 +236,7 @@ def check_state_keys(env: TextEnv, seeds: list[int]) -> None:
         )
         env.reset(seed=seed)
         _require(env.state_key() == key, f"reset(seed={seed}) twice gave different state keys")
-        env.step(INVALID_ACTIONS[2])
+        env.step(FREE_TEXT_INVALID_ACTIONS[0] if env.free_text else INVALID_ACTIONS[2])
         _require(env.state_key() == key, "an invalid action changed state_key()")
 
 
