@@ -85,3 +85,14 @@ register(
     kwargs={"attempts": 4},
     description="Countdown with 4 attempts: a wrong answer is told why (value, numbers used).",
 )
+register(
+    "2048",
+    "starpo.envs.game2048:Game2048Env",
+    description="2048 on a 4x4 board: merge tiles up to 256 within 250 moves (long horizon).",
+)
+register(
+    "2048-3x3",
+    "starpo.envs.game2048:Game2048Env",
+    kwargs={"size": 3, "target": 64, "max_steps": 80},
+    description="2048 on a 3x3 board: merge tiles up to 64 within 80 moves.",
+)
