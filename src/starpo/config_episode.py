@@ -75,6 +75,17 @@ class RolloutSettings:
         "Repeat the output-format reminder in every turn's message (RAGEN); false = in the "
         "first only, ~29% fewer tokens per Sokoban dialogue to encode and train on.",
     )
+    context_window: str = setting(
+        "full",
+        "What each turn's prompt shows (RAGEN-2's context window modes): full = the whole "
+        "dialogue; last_k = the task plus the last `context_turns` turns; single_turn = the "
+        "task and the current state only. A prompt that drops a turn is encoded afresh and "
+        "trained as a sequence of its own.",
+        choices=("full", "last_k", "single_turn"),
+    )
+    context_turns: int = setting(
+        2, "Earlier turns a last_k prompt keeps besides the current one.", ge=1
+    )
     env_timeout_s: float = setting(
         60.0,
         "Seconds an env's reset or step may take; past it the episode ends as errored "
@@ -84,6 +95,18 @@ class RolloutSettings:
 
     def __post_init__(self) -> None:
         check_settings({f.name: getattr(self, f.name) for f in fields(self)})
+
+    @property
+    def turns_kept(self) -> int | None:
+        """Earlier turns a prompt shows besides the current one; None = all of them."""
+        if self.context_window == "full":
+            return None
+        return 0 if self.context_window == "single_turn" else self.context_turns
+
+    def window_start(self, turn: int) -> int:
+        """The first turn (1-based) whose state the prompt of `turn` shows."""
+        kept = self.turns_kept
+        return 1 if kept is None else max(1, turn - kept)
 
 
 _BOUNDS: dict[str, tuple[Callable[[Any, Any], bool], str]] = {

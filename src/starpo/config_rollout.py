@@ -71,6 +71,8 @@ class RolloutConfig(ConfigSection):
     format_reward: float = _setting("format_reward")
     stop_at_answer: bool = _setting("stop_at_answer")
     format_every_turn: bool = _setting("format_every_turn")
+    context_window: str = _setting("context_window")
+    context_turns: int = _setting("context_turns")
     env_timeout_s: float = _setting("env_timeout_s")
 
     def settings(self, *, temperature: float | None = None) -> RolloutSettings:

@@ -91,6 +91,9 @@ class Turn:
     # Digest of the env's `state_key()` when the turn started: equal digests in one env
     # group = the same env state (GiGPO's anchor states). "" = unknown (older records).
     state_key: str = ""
+    # The first turn (1-based) whose state this turn's prompt showed: 1 = the whole dialogue
+    # (`RolloutSettings.context_window`).
+    window_start: int = 1
 
 
 @dataclass
@@ -111,6 +114,10 @@ class Trajectory:
     loss_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     turn_ends: list[int] = field(default_factory=list)
+    # Offsets in `token_ids` where a turn's prompt was built afresh, because its context
+    # window (`RolloutSettings.context_window`) dropped an earlier turn: each part is a
+    # sequence of its own (positions restart, no attention across). Empty = one sequence.
+    context_resets: list[int] = field(default_factory=list)
     success: bool = False
     done: bool = False  # the env ended the episode (vs. turn/action limits)
     final_state: str = ""  # the env observation after the last turn

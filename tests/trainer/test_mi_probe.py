@@ -19,7 +19,7 @@ from starpo.diagnostics.template_collapse import SAMPLES, mi_key, template_colla
 from starpo.run_metrics import read_metrics
 from starpo.timing import step_train_seconds
 from starpo.trainer.loop import Trainer
-from starpo.trainer.mi_probe import first_turn_sample, reply_spans, uniform_sample
+from starpo.trainer.mi_probe import first_turn_sample, reply_spans, turn_pair, uniform_sample
 from starpo.types import Trajectory, Turn
 
 NAMES = ("mi", "mi_z", "retrieval_acc", "chance", "matched_logp", "marginal_logp")
@@ -48,6 +48,14 @@ def test_reply_spans_and_prompts_are_the_context_each_turn_saw():
     start = prompt[-1] - 100 + 1
     assert reply == [100 + start, 100 + start + 1]
     assert prompt == list(range(100, 100 + start))  # everything before: earlier turns too
+
+
+def test_a_turn_after_a_context_reset_is_scored_under_the_prompt_it_saw():
+    traj = trajectory(2, turns=3)
+    traj.context_resets = [10]  # turn 3's prompt was built afresh at token 10
+    pairs = [turn_pair(traj, span) for span in reply_spans(traj)]
+    assert pairs[2] == ([210, 211, 212], [213, 214])
+    assert pairs[1] == (list(range(200, 208)), [208, 209])
 
 
 def test_samples_are_seeded_uniform_and_leave_other_random_streams_alone():

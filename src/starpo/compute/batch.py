@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from starpo.algorithms import pad_turns, place_rewards
+from starpo.compute.segments import segment_ids
 from starpo.types import Trajectory
 
 
@@ -33,6 +34,9 @@ class TrainBatch:
     ref_logprobs: torch.Tensor | None = None  # (B, T)
     # (B, T) the rollout's log-probs, kept when old_logprobs are recomputed by the trainer
     rollout_logprobs: torch.Tensor | None = None
+    # (B, T) which of its row's sequences a token is in, when a context window made rows of
+    # several (`compute.segments`); None = one sequence a row
+    segment_ids: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -113,4 +117,5 @@ def build_batch(
         turn_states=state_ids(trajectories, turn_ends.shape[1]),
         scores=torch.tensor([t.reward for t in trajectories], dtype=torch.float),
         group_ids=torch.tensor([t.group for t in trajectories]),
+        segment_ids=segment_ids([list(t.context_resets) for t in trajectories], width),
     )

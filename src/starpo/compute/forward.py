@@ -30,6 +30,7 @@ from starpo.compute.packing import (
     plain_cost,
     prompt_clusters,
 )
+from starpo.compute.segments import sequence_inputs
 from starpo.models.compat import cache_argument
 
 #: Shortest common prefix worth encoding once for the whole micro-batch.
@@ -159,6 +160,14 @@ def _share_cache(cache, rows: int, device: torch.device) -> None:
         layer.values = layer.values.expand(rows, *layer.values.shape[1:])
 
 
+def _plain_inputs(model: nn.Module, batch: TrainBatch, dtype: torch.dtype) -> dict:
+    """The attention mask (and, for rows of several sequences, their positions) of a
+    plain forward over the batch's rows (`segments.sequence_inputs`)."""
+    return sequence_inputs(
+        model.config, batch.input_ids, batch.attention_mask, batch.segment_ids, dtype
+    )
+
+
 def _shared_prefix_pass(
     batch: TrainBatch,
     positions: torch.Tensor,
@@ -193,12 +202,12 @@ def logits_at(model: nn.Module, batch: TrainBatch, positions: torch.Tensor) -> t
     """Logits (B, K, V) at sequence `positions` from the model's own forward, encoding a
     shared prompt prefix only once (`_shared_prefix_pass`)."""
     prefix = shared_prefix_length(batch)
-    if len(batch) == 1 or prefix < MIN_SHARED_PREFIX:
+    if len(batch) == 1 or prefix < MIN_SHARED_PREFIX or batch.segment_ids is not None:
         out = model(  # no KV cache: nothing reads it, it would only hold memory until backward
             input_ids=batch.input_ids,
-            attention_mask=batch.attention_mask,
             logits_to_keep=positions,
             use_cache=False,
+            **_plain_inputs(model, batch, model.get_input_embeddings().weight.dtype),
         )
         return out.logits
     name = cache_argument(model)
@@ -223,10 +232,9 @@ def hidden_at(
     decoder = model.get_decoder()
     plan = forward_plan(model, batch)
     if plan.kind == "plain":
+        embeds = _embed(model, batch.input_ids, grad_sink)
         out = decoder(
-            inputs_embeds=_embed(model, batch.input_ids, grad_sink),
-            attention_mask=batch.attention_mask,
-            use_cache=False,
+            inputs_embeds=embeds, use_cache=False, **_plain_inputs(model, batch, embeds.dtype)
         )
         return gather_rows(out.last_hidden_state, positions, dim=1)
     if plan.kind == "packed":
@@ -283,6 +291,8 @@ def forward_plan(model: nn.Module, batch: TrainBatch) -> ForwardPlan:
     when `clusters_cost` beats the alternatives; rows with one common prefix share it
     packed or through a KV cache (`packing_pays`); other batches run plain."""
     rows, config = len(batch), model.config
+    if batch.segment_ids is not None:  # rows of several sequences run as they are
+        return ForwardPlan("plain", [])
     prefix = shared_prefix_length(batch)
     if rows > 1 and PACKING != "never" and packable(config):
         clusters = prompt_clusters(batch)

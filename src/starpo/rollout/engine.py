@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
@@ -105,6 +105,12 @@ class _Episode:
     stop_text: str = ""
     finished: bool = False
     turn: int = 0
+    # What a prompt that starts later in the dialogue rebuilds (context_window != full):
+    # each turn's (state, actions left), user message, reply tokens and stop text.
+    views: list[tuple[str, int]] = field(default_factory=list)
+    users: list[str] = field(default_factory=list)
+    replies: list[list[int]] = field(default_factory=list)
+    stops: list[str] = field(default_factory=list)
 
 
 class RolloutEngine:
@@ -148,6 +154,10 @@ class RolloutEngine:
             active = [e for e in episodes if not e.finished]
             if not active:
                 break
+            if self.settings.window_start(turn) > self.settings.window_start(turn - 1):
+                # The window drops a turn: every prompt is built afresh, in new sessions
+                # (all episodes are at the same turn, so they all start together).
+                self.backend.reset()
             requests = [GenerationRequest(e.session, self._observe(e, turn)) for e in active]
             started = time.perf_counter()
             generations = self.backend.generate(requests, self.params)
@@ -193,33 +203,63 @@ class RolloutEngine:
         )
 
     def _observe(self, episode: _Episode, turn: int) -> list[int]:
-        """The user message of this turn, appended to the trajectory as masked tokens."""
+        """The tokens fed before this turn's reply, appended to the trajectory as masked
+        tokens: the next chunk of the dialogue, or the whole prompt of a context window
+        that dropped a turn (`RolloutSettings.context_window`)."""
         s, traj = self.settings, episode.trajectory
-        common = dict(
-            actions_left=self._actions_left(episode),
-            think=s.think,
-            max_response_words=s.max_response_words,
-        )
+        episode.views.append((episode.state, self._actions_left(episode)))
         if turn == 1:
-            user = prompts.first_user_message(
-                episode.env, episode.state, max_actions_per_turn=s.max_actions_per_turn, **common
-            )
+            user = self._opening(episode, 1)
             traj.messages.append({"role": "system", "content": prompts.SYSTEM_PROMPT})
-            ids = self.chat.first_prompt(prompts.SYSTEM_PROMPT, user)
         else:
             user = prompts.next_user_message(
                 turn,
                 episode.last_env_reward,
                 episode.state,
+                actions_left=self._actions_left(episode),
+                think=s.think,
+                max_response_words=s.max_response_words,
                 remind=s.format_every_turn,
-                **common,
             )
-            ids = self.chat.next_turn(user, episode.stop_text)
+        episode.users.append(user)
         traj.messages.append({"role": "user", "content": user})
+        start = s.window_start(turn)
+        if turn == 1:
+            ids = self.chat.first_prompt(prompts.SYSTEM_PROMPT, user)
+        elif start > s.window_start(turn - 1):
+            traj.context_resets.append(len(traj.token_ids))
+            ids = self._window_prompt(episode, start, turn)
+        else:
+            ids = self.chat.next_turn(user, episode.stop_text)
         traj.token_ids.extend(ids)
         traj.loss_mask.extend([0] * len(ids))
         traj.logprobs.extend([0.0] * len(ids))
         episode.turn = turn
+        return ids
+
+    def _opening(self, episode: _Episode, turn: int) -> str:
+        """The first user message of a prompt that starts at `turn`: the task and that
+        turn's state (no reward line: the turn it rewards is not shown)."""
+        s = self.settings
+        state, actions_left = episode.views[turn - 1]
+        return prompts.first_user_message(
+            episode.env,
+            state,
+            max_actions_per_turn=s.max_actions_per_turn,
+            actions_left=actions_left,
+            think=s.think,
+            max_response_words=s.max_response_words,
+            turn=turn,
+        )
+
+    def _window_prompt(self, episode: _Episode, start: int, turn: int) -> list[int]:
+        """The whole prompt of `turn` when it shows the dialogue from turn `start` on: the
+        same chunks the full dialogue has from there (the replies' own tokens, never
+        re-tokenised), opened by the task."""
+        ids = self.chat.first_prompt(prompts.SYSTEM_PROMPT, self._opening(episode, start))
+        for earlier in range(start, turn):  # 1-based turns shown before the current one
+            ids += episode.replies[earlier - 1]
+            ids += self.chat.next_turn(episode.users[earlier], episode.stops[earlier - 1])
         return ids
 
     def _act(self, episode: _Episode, generation: Generation) -> None:
@@ -245,6 +285,7 @@ class RolloutEngine:
             think_tokens=len(self.chat.encode(parsed.think)) if parsed.think else 0,
             finish_reason=generation.finish_reason,
             state_key=episode.state_key,
+            window_start=s.window_start(episode.turn),
         )
         env_done = self._execute(episode, turn, list(parsed.actions))
         penalty = s.format_penalty if (not parsed.format_ok or turn.num_invalid) else 0.0
@@ -255,6 +296,8 @@ class RolloutEngine:
         traj.messages.append({"role": "assistant", "content": text})
         ended_by_stop_token = bool(stop_ids) and stop_ids[-1] in self.params.stop_token_ids
         episode.stop_text = self.tokenizer.decode(stop_ids) if ended_by_stop_token else ""
+        episode.replies.append(list(token_ids))
+        episode.stops.append(episode.stop_text)
         episode.last_env_reward = turn.env_reward
         traj.done = env_done
         episode.finished = (

@@ -44,7 +44,7 @@ def task_description(env: TextEnv, *, max_actions_per_turn: int) -> str:
         lines.append(f"The meaning of each symbol in the state is: {env.legend_text()}")
     choices = (
         f"Answer with {env.answer_format}."
-        if env.free_text
+        if not env.action_names  # a free-text env (TextEnv.free_text)
         else f"Your available actions are: {', '.join(env.action_names)}."
     )
     lines.append(f"{choices} You can make up to {max_actions_per_turn} actions, separated by ||.")
@@ -76,11 +76,13 @@ def first_user_message(
     actions_left: int,
     think: bool,
     max_response_words: int,
+    turn: int = 1,
 ) -> str:
-    """The opening user message: the task, then turn 1."""
+    """The opening user message: the task, then turn 1 (or, for a prompt that starts later
+    in the dialogue (`RolloutSettings.context_window`), the turn it starts at)."""
     task = task_description(env, max_actions_per_turn=max_actions_per_turn)
     block = turn_block(
-        1, state, actions_left=actions_left, think=think, max_response_words=max_response_words
+        turn, state, actions_left=actions_left, think=think, max_response_words=max_response_words
     )
     return f"{task}\n{block}"
 

@@ -33,6 +33,8 @@ LAYOUT_SETTINGS = (
     "think",
     "stop_at_answer",
     "format_every_turn",
+    "context_window",
+    "context_turns",
 )
 DESCRIPTION = """\
 Supervised fine-tuning of a causal LM on agent trajectories, so a small model learns the

@@ -30,8 +30,9 @@ Pair = tuple[list[int], list[int]]
 
 def reply_spans(traj: Trajectory) -> list[tuple[int, int]]:
     """[start, end) of each turn's reply in `traj.token_ids`: the generated tokens up to
-    the turn's last one (`turn_ends`); the prompt of the turn is everything before start.
-    A turn that generated nothing has start == end."""
+    the turn's last one (`turn_ends`); the prompt of the turn is everything before start,
+    back to the last context reset (`Trajectory.context_resets`). A turn that generated
+    nothing has start == end."""
     spans = []
     for end in traj.turn_ends:
         start = end + 1
@@ -44,7 +45,8 @@ def reply_spans(traj: Trajectory) -> list[tuple[int, int]]:
 def turn_pair(traj: Trajectory, span: tuple[int, int]) -> Pair:
     """The (prompt, reply) token ids of the turn at `span` (see `reply_spans`)."""
     start, end = span
-    return list(traj.token_ids[:start]), list(traj.token_ids[start:end])
+    opening = max((r for r in traj.context_resets if r <= start), default=0)
+    return list(traj.token_ids[opening:start]), list(traj.token_ids[start:end])
 
 
 def _scorable(traj: Trajectory) -> list[tuple[int, int]]:

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from starpo.compute.activation_checkpointing import enable_gradient_checkpointing
+from starpo.compute.segments import sequence_inputs
 from starpo.config import TrainConfig
 from starpo.errors import UserError
 from starpo.models.precision import Precision, apply_master_weights
@@ -27,10 +28,18 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Values (B, T): entry t is the value of the state before token t is generated."""
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        segments: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Values (B, T): entry t is the value of the state before token t is generated.
+        `segments`: `TrainBatch.segment_ids` of rows that hold several sequences."""
+        dtype = self.backbone.get_input_embeddings().weight.dtype
+        inputs = sequence_inputs(self.backbone.config, input_ids, attention_mask, segments, dtype)
         # No KV cache: nothing reads it, and it would only hold memory until backward.
-        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        out = self.backbone(input_ids=input_ids, use_cache=False, **inputs)
         hidden = out[0]  # (B, T, H)
         # The head runs in fp32 even under autocast: values are regression targets' scale.
         with torch.autocast(hidden.device.type, enabled=False):

@@ -131,7 +131,7 @@ def critic_loss(
     models: TrainModels, micro: TrainBatch, cfg: TrainConfig, count: float | None = None
 ) -> tuple[torch.Tensor, dict[str, float]]:
     with models.precision.autocast():
-        values = models.critic(micro.input_ids, micro.attention_mask)
+        values = models.critic(micro.input_ids, micro.attention_mask, micro.segment_ids)
     loss, metrics = value_loss(
         values,
         micro.old_values,
