@@ -39,14 +39,23 @@ def _write(tmp_path: Path, records) -> Path:
     return tmp_path / "trajectories.jsonl"
 
 
-@pytest.mark.parametrize("think", [True, False])
-def test_model_rollouts_replay_to_identical_tokens(tiny, tmp_path, think):
+@pytest.mark.parametrize(
+    ("think", "window"), [(True, "full"), (False, "full"), (True, "last_k"), (False, "single_turn")]
+)
+def test_model_rollouts_replay_to_identical_tokens(tiny, tmp_path, think, window):
     """The key invariance: sampled RL rollouts, written and read back, replay to the very
-    token ids and loss mask the engine recorded."""
+    token ids and loss mask the engine recorded (in every context-window mode)."""
     from starpo.rollout.hf_backend import HFBackend
 
     model, tokenizer = tiny
-    settings = RolloutSettings(max_turns=3, max_new_tokens=10, temperature=1.0, think=think)
+    settings = RolloutSettings(
+        max_turns=3,
+        max_new_tokens=10,
+        temperature=1.0,
+        think=think,
+        context_window=window,
+        context_turns=1,
+    )
     backend = HFBackend(model, pad_token_id=tokenizer.pad_token_id, seed=1)
     rollouts = RolloutEngine(backend, tokenizer, settings).run("sokoban", [10000, 10001], 2)
     assert max(len(t.turns) for t in rollouts) > 1  # multi-turn
@@ -58,6 +67,8 @@ def test_model_rollouts_replay_to_identical_tokens(tiny, tmp_path, think):
         assert replayed.token_ids == original.token_ids
         assert replayed.loss_mask == original.loss_mask
         assert replayed.turn_ends == original.turn_ends
+        assert replayed.context_resets == original.context_resets
+        assert bool(original.context_resets) == (window != "full" and len(original.turns) == 3)
         assert [t.response for t in replayed.turns] == [t.response for t in original.turns]
 
 

@@ -124,6 +124,18 @@ def run_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def windowed_run_dir(tmp_path: Path) -> Path:
+    """A run whose one trajectory played with rollout.context_window=last_k, one turn kept:
+    turn 3's prompt showed turns 2 and 3 only."""
+    traj = make_traj("sokoban", 4, False, 3)
+    for turn, start in zip(traj.turns, (1, 1, 2), strict=True):
+        turn.window_start = start
+    root = tmp_path / "windowed"
+    write_jsonl(root / "trajectories" / "step_000001.jsonl", [traj.to_json()])
+    return root
+
+
+@pytest.fixture
 def eval_dir(tmp_path: Path) -> Path:
     """A `starpo eval` folder mixing a random-policy Episode and an LLM Trajectory."""
     root = tmp_path / "eval"

@@ -180,3 +180,9 @@ def test_skipped_lines_are_shown_on_the_page(browser, run_dir):
     assert "metrics.jsonl" in banner.text
     severe = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert severe == []
+
+
+def test_turns_of_a_context_window_say_what_their_prompt_showed(browser, windowed_run_dir):
+    open_page(browser, build_viewer(windowed_run_dir).as_uri())
+    notes = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#episode .turn .window")]
+    assert notes == ["prompt showed the task and turns 2-3"]

@@ -7,7 +7,8 @@ normalised into one shape, so the page has a single renderer:
     episode = {source, index, env_id, seed, group, policy, success, reward, env_reward,
                num_actions, final_state, turns: [turn, ...]}
     turn    = {state, think, response, actions, executed, num_invalid, format_ok,
-               env_reward, reward, format_penalty, format_bonus, finish_reason}
+               env_reward, reward, format_penalty, format_bonus, finish_reason,
+               window_start}
 
 Token ids, log-probs and loss masks are dropped: they are large and unreadable on a page.
 """
@@ -46,6 +47,7 @@ def turn_from_trajectory(turn: Any) -> dict[str, Any]:
         "format_penalty": turn.format_penalty,
         "format_bonus": turn.format_bonus,
         "finish_reason": turn.finish_reason,
+        "window_start": turn.window_start,  # the first turn its prompt showed (context_window)
     }
 
 
@@ -90,6 +92,7 @@ def normalise_episode(episode: Episode) -> dict[str, Any]:
                 "format_penalty": 0.0,
                 "format_bonus": 0.0,
                 "finish_reason": "stop",
+                "window_start": 1,
             }
         )
         state = step.observation

@@ -49,6 +49,11 @@
   function turnCard(turn, k) {
     const card = el("div", "turn");
     card.appendChild(el("h3", null, "Turn " + (k + 1)));
+    if (turn.window_start > 1) {  // rollout.context_window dropped earlier turns
+      const shown = turn.window_start === k + 1 ? "turn " + (k + 1) + " only" :
+        "turns " + turn.window_start + "-" + (k + 1);
+      card.appendChild(el("div", "window", "prompt showed the task and " + shown));
+    }
     const cols = el("div", "cols2");
     const left = el("div"), right = el("div");
     left.appendChild(el("h4", null, "State"));
