@@ -102,17 +102,20 @@ def kv_cache_bytes(
     first prompt is held once per distinct prompt (`KVStore.share`) and each row's own
     buffer holds the columns after it."""
     shared = 0 < prompts < rows
-    capacity, length = 0, 0
+    capacity, length, peak = 0, 0, 0
     for turn in range(episode.max_turns):
-        if turn:
+        if episode.rebuilds(turn + 1):  # new sessions: the buffers start over
+            capacity, length = 0, episode.window_prompt_tokens
+        elif turn:
             length += episode.turn_tokens
         elif not shared:
             length += episode.prompt_tokens
         need = length + 1 + episode.response_tokens  # LeanBackend.generate's room
         if need > capacity:
             capacity = -(-max(need, capacity * 3 // 2) // 8) * 8
+        peak = max(peak, capacity)
         length += episode.response_tokens
-    columns = rows * capacity + (prompts * episode.prompt_tokens if shared else 0)
+    columns = rows * peak + (prompts * episode.prompt_tokens if shared else 0)
     return columns * shape.layers * 2 * shape.kv_dim * item_bytes
 
 
@@ -160,7 +163,9 @@ def _micro_tokens(micro: int, group_size: int, episode: EpisodeShape) -> tuple[i
     the longest episode. The actor encodes a prefix every row shares once: the first prompt
     when the micro-batch is one group; the critic encodes every row in full."""
     length = episode.max_length
-    shared = episode.prompt_tokens if 1 < micro <= group_size else 0
+    # Rows of several sequences (context_window) run plain: no prefix is encoded once.
+    one_sequence = len(episode.part_lengths) == 1
+    shared = episode.prompt_tokens if 1 < micro <= group_size and one_sequence else 0
     return shared + micro * (length - shared), micro * length
 
 

@@ -45,11 +45,32 @@ class EpisodeShape:
     turn_tokens: int  # one later turn's observation chunk (turn end, user message, prefix)
     response_tokens: int  # max_new_tokens
     max_turns: int
+    # Earlier turns a prompt keeps (RolloutSettings.turns_kept); None = the whole dialogue.
+    kept_turns: int | None = None
+
+    def rebuilds(self, turn: int) -> bool:
+        """Whether the prompt of `turn` (1-based) is built afresh: its window dropped a turn."""
+        return self.kept_turns is not None and turn > self.kept_turns + 1
+
+    @property
+    def window_prompt_tokens(self) -> int:
+        """A rebuilt prompt: the opening, then each kept turn's reply and the next chunk."""
+        kept = self.kept_turns or 0
+        return self.prompt_tokens + kept * (self.response_tokens + self.turn_tokens)
+
+    @property
+    def part_lengths(self) -> list[int]:
+        """Tokens of each sequence the longest episode trains as: the dialogue up to the
+        first rebuilt prompt, then one sequence per rebuilt prompt (`context_window`)."""
+        turns = self.max_turns
+        first = next((t - 1 for t in range(1, turns + 1) if self.rebuilds(t)), turns)
+        opening = self.prompt_tokens + first * self.response_tokens
+        later = self.window_prompt_tokens + self.response_tokens
+        return [opening + (first - 1) * self.turn_tokens] + [later] * (turns - first)
 
     @property
     def max_length(self) -> int:
-        turns = self.max_turns
-        return self.prompt_tokens + turns * self.response_tokens + (turns - 1) * self.turn_tokens
+        return sum(self.part_lengths)
 
     @property
     def max_response_tokens(self) -> int:
@@ -121,4 +142,5 @@ def episode_shape(cfg: Any, tokenizer: Any, env_id: str, env_kwargs: dict) -> Ep
         turn_tokens=len(chat.next_turn(later)),
         response_tokens=s.max_new_tokens,
         max_turns=s.max_turns,
+        kept_turns=s.settings().turns_kept,
     )
