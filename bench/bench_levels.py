@@ -1,10 +1,13 @@
-"""Sokoban level generation and solver speed, measured side by side in one run.
+"""Level generation and solver speed, measured side by side in one run.
 
     python bench/bench_levels.py [--levels 500] [--seed 0]
 
 For each built-in Sokoban id it reports: env resets per second (generation, including the
 solver check, as training sees it), the optimal solver's mean time per level on its own,
 the solver's share of generation time, and the distribution of optimal solution lengths.
+For the other procedurally generated envs (Countdown, Sudoku, 2048, generated qa) it
+reports resets per second, the solver's mean time per move and its success over the same
+levels, against the random policy's.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from starpo.envs import make  # noqa: E402
+from starpo.envs.policies import make_policy  # noqa: E402
 from starpo.envs.sokoban import SokobanEnv  # noqa: E402
 from starpo.envs.sokoban_solver import SokobanSolver  # noqa: E402
 
@@ -51,6 +56,40 @@ def bench_config(kwargs: dict, num_levels: int, seed: int) -> dict:
     }
 
 
+#: Generated envs beyond Sokoban, benched by id with their registered defaults.
+OTHER_IDS = ("countdown", "countdown-multi", "sudoku", "sudoku-9x9", "2048", "2048-3x3", "qa")
+
+
+def play(env_id: str, policy_name: str, seeds: range) -> tuple[float, float, int]:
+    """(success share, seconds per move choice, moves) of a policy over `seeds`."""
+    env, policy = make(env_id), make_policy(policy_name, seed=0)
+    wins, moves, choosing = 0, 0, 0.0
+    for seed in seeds:
+        env.reset(seed=seed)
+        while not env.done:
+            start = time.perf_counter()
+            action = policy(env)
+            choosing += time.perf_counter() - start
+            *_, info = env.step(action)
+            moves += 1
+        wins += bool(info["success"])
+    return wins / len(seeds), choosing / max(moves, 1), moves
+
+
+def bench_other(env_id: str, num_levels: int, seed: int) -> dict:
+    """Resets per second over `num_levels` seeds, then solver and random play on up to 200."""
+    env = make(env_id)
+    start = time.perf_counter()
+    for i in range(num_levels):
+        env.reset(seed=seed + i)
+    resets = num_levels / (time.perf_counter() - start)
+    seeds = range(seed, seed + min(num_levels, 200))
+    solved, move_s, moves = play(env_id, "solver", seeds)
+    random_share, _, _ = play(env_id, "random", seeds)
+    return {"resets": resets, "solved": solved, "move_ms": 1000 * move_s, "moves": moves,
+            "random": random_share, "levels": len(seeds)}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", type=int, default=500, help="levels per env id")
@@ -73,6 +112,14 @@ def main() -> None:
         print(f"  {env_id:<15}{cells}")
     ratio = results["sokoban"]["levels_per_s"] / results["sokoban-large"]["levels_per_s"]
     print(f"\nsokoban generates {ratio:.1f}x as many levels per second as sokoban-large")
+    print(f"\n{'id':<17}{'resets/s':>10}{'solver':>8}{'ms/move':>9}{'moves':>7}{'random':>8}")
+    for env_id in OTHER_IDS:
+        r = bench_other(env_id, args.levels, args.seed)
+        print(
+            f"{env_id:<17}{r['resets']:>10.0f}{r['solved']:>8.0%}{r['move_ms']:>9.2f}"
+            f"{r['moves'] / r['levels']:>7.1f}{r['random']:>8.0%}"
+        )
+    print("solver / random: success over the first 200 levels; moves: the solver's per level")
 
 
 if __name__ == "__main__":

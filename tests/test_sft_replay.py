@@ -176,3 +176,17 @@ def test_unknown_env_id_is_the_registry_error(tmp_path):
     record = Trajectory(env_id="sokobn", seed=1, group=0)
     with pytest.raises(UserError, match="sokoban"):
         replay_records([record], load_tokenizer(), RolloutSettings(think=False))
+
+
+@pytest.mark.parametrize("env_id", ["countdown", "countdown-multi", "sudoku", "qa", "2048-3x3"])
+def test_free_text_and_new_envs_give_sft_examples_from_their_solver(env_id):
+    """`starpo sft --from-solver` on the RAGEN-2 envs: every solver episode replays, with
+    its rationale as the think text, and succeeds."""
+    settings = RolloutSettings(max_turns=60, max_actions_per_turn=1, max_actions_per_traj=80)
+    records = solver_records(env_id, 4).records
+    result = replay_records(records, load_tokenizer(), settings)
+    assert not result.skipped and len(result.examples) == 4
+    for record, traj in zip(records, result.examples, strict=True):
+        assert traj.success == record.success
+        assert [a for t in traj.turns for a in t.executed] == [s.action for s in record.steps]
+        assert all(t.format_ok and t.think for t in traj.turns)

@@ -9,7 +9,7 @@ import torch
 
 from starpo.compute.batch import build_batch
 from starpo.compute.forward import policy_logprobs
-from starpo.compute.segments import segment_attention_mask, segment_ids, segment_positions
+from starpo.compute.segments import segment_ids, shift_within_parts, split_parts
 from starpo.config_episode import RolloutSettings
 from starpo.errors import UserError
 from starpo.models import load_tokenizer
@@ -119,18 +119,24 @@ def test_context_turns_and_window_are_checked():
 # ------------------------------------------------------------------ rows of several parts
 
 
-def test_segment_ids_positions_and_mask():
+def test_segment_ids_and_parts_as_rows_of_their_own():
     ids = segment_ids([[3], []], width=6)
     assert ids.tolist() == [[0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 0, 0]]
     assert segment_ids([[], []], width=4) is None
-    assert segment_positions(ids).tolist() == [[0, 1, 2, 0, 1, 2], [0, 1, 2, 3, 4, 5]]
+    tokens = torch.tensor([[10, 11, 12, 13, 14, 0], [20, 21, 22, 23, 24, 25]])
     attention = torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]])
-    mask = segment_attention_mask(ids, attention, "sdpa", torch.float32)[:, 0]
-    assert mask[0, 4].tolist() == [False, False, False, True, True, False]
-    assert mask[0, 5].tolist() == [False, False, False, True, True, True]  # padding query
-    assert mask[1, 5].tolist() == [True] * 6
-    additive = segment_attention_mask(ids, attention, "eager", torch.float32)[:, 0]
-    assert torch.equal(additive == 0, mask)
+    parts = split_parts(tokens, attention, ids)
+    assert parts.ids.tolist() == [
+        [10, 11, 12, 0, 0, 0],
+        [13, 14, 0, 0, 0, 0],
+        [20, 21, 22, 23, 24, 25],
+    ]
+    assert parts.attention_mask.sum(dim=1).tolist() == [3, 2, 6]
+    flat = parts.ids.flatten()
+    assert torch.equal(flat[parts.index[:, :5]], tokens[:, :5])  # every real token read back
+    assert flat[parts.index[0, 5]] == 14  # padding reads its row's last token
+    values = torch.arange(1.0, 19.0).view(3, 6)
+    assert shift_within_parts(values)[:, :3].tolist() == [[0, 1, 2], [0, 7, 8], [0, 13, 14]]
 
 
 def _run_tiny(tiny, window: str, backend_class=HFBackend, seed: int = 0) -> list[Trajectory]:
@@ -189,3 +195,20 @@ def test_a_row_of_several_parts_trains_as_each_part_alone(tiny, attention):
                 torch.testing.assert_close(joined[row, a:b], own[0], atol=1e-5, rtol=0)
     finally:
         model.config._attn_implementation = before
+
+
+def test_critic_values_of_a_row_of_several_parts_are_each_parts_own(tiny):
+    from starpo.trainer.train_models import ValueModel
+
+    model, tokenizer = tiny
+    critic = ValueModel(model.model, model.config.hidden_size)
+    torch.nn.init.normal_(critic.value_head.weight, std=0.1)  # zero-initialised otherwise
+    trajectories = _run_tiny(tiny, "single_turn", seed=4)
+    batch = build_batch(trajectories, tokenizer.pad_token_id, per_turn_rewards=False)
+    with torch.no_grad():
+        joined = critic(batch.input_ids, batch.attention_mask, batch.segment_ids)
+        for row, traj in enumerate(trajectories):
+            starts = [0, *traj.context_resets]
+            for a, b in zip(starts, [*traj.context_resets, len(traj.token_ids)], strict=True):
+                own = critic(torch.tensor([traj.token_ids[a:b]]), torch.ones(1, b - a))
+                torch.testing.assert_close(joined[row, a:b], own[0], atol=1e-5, rtol=0)

@@ -27,6 +27,7 @@ from torch import nn
 
 from starpo.compute import forward
 from starpo.compute.batch import TrainBatch
+from starpo.compute.segments import split_parts
 from starpo.models.precision import Precision
 
 #: Forward + backward: the backward computes two matmuls of each forward matmul's size
@@ -113,10 +114,13 @@ class PassSize:
 def decoder_pass(model: nn.Module, shape: Shape, batch: TrainBatch) -> PassSize:
     """The decoder FLOPs of `forward.hidden_at` on `batch` (no LM head), by the same
     `forward.forward_plan`: each shared prefix once, then each row's tail, padded (plain,
-    shared cache) or packed."""
+    shared cache), packed, or split into their parts (rows of several sequences)."""
     rows, width = batch.input_ids.shape
     plan = forward.forward_plan(model, batch)
-    if plan.kind == "plain":
+    if plan.kind == "parts":  # every part of a row as a padded row of its own
+        parts = split_parts(batch.input_ids, batch.attention_mask, batch.segment_ids)
+        rows, width = parts.ids.shape
+    if plan.kind in ("plain", "parts"):
         tails = torch.full((rows,), width)
         real = int(batch.attention_mask.sum())
         return PassSize(

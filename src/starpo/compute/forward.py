@@ -30,7 +30,7 @@ from starpo.compute.packing import (
     plain_cost,
     prompt_clusters,
 )
-from starpo.compute.segments import sequence_inputs
+from starpo.compute.segments import split_parts
 from starpo.models.compat import cache_argument
 
 #: Shortest common prefix worth encoding once for the whole micro-batch.
@@ -160,14 +160,6 @@ def _share_cache(cache, rows: int, device: torch.device) -> None:
         layer.values = layer.values.expand(rows, *layer.values.shape[1:])
 
 
-def _plain_inputs(model: nn.Module, batch: TrainBatch, dtype: torch.dtype) -> dict:
-    """The attention mask (and, for rows of several sequences, their positions) of a
-    plain forward over the batch's rows (`segments.sequence_inputs`)."""
-    return sequence_inputs(
-        model.config, batch.input_ids, batch.attention_mask, batch.segment_ids, dtype
-    )
-
-
 def _shared_prefix_pass(
     batch: TrainBatch,
     positions: torch.Tensor,
@@ -201,13 +193,17 @@ def _shared_prefix_pass(
 def logits_at(model: nn.Module, batch: TrainBatch, positions: torch.Tensor) -> torch.Tensor:
     """Logits (B, K, V) at sequence `positions` from the model's own forward, encoding a
     shared prompt prefix only once (`_shared_prefix_pass`)."""
+    if batch.segment_ids is not None:  # each part a row of its own (`segments`)
+        parts = split_parts(batch.input_ids, batch.attention_mask, batch.segment_ids)
+        out = model(input_ids=parts.ids, attention_mask=parts.attention_mask, use_cache=False)
+        return gather_rows(out.logits.flatten(0, 1), parts.index[:, positions])
     prefix = shared_prefix_length(batch)
-    if len(batch) == 1 or prefix < MIN_SHARED_PREFIX or batch.segment_ids is not None:
+    if len(batch) == 1 or prefix < MIN_SHARED_PREFIX:
         out = model(  # no KV cache: nothing reads it, it would only hold memory until backward
             input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
             logits_to_keep=positions,
             use_cache=False,
-            **_plain_inputs(model, batch, model.get_input_embeddings().weight.dtype),
         )
         return out.logits
     name = cache_argument(model)
@@ -231,10 +227,19 @@ def hidden_at(
     `grad_sink`: see `_tied_grad_sink`."""
     decoder = model.get_decoder()
     plan = forward_plan(model, batch)
-    if plan.kind == "plain":
-        embeds = _embed(model, batch.input_ids, grad_sink)
+    if plan.kind == "parts":  # each part a row of its own (`segments`)
+        parts = split_parts(batch.input_ids, batch.attention_mask, batch.segment_ids)
         out = decoder(
-            inputs_embeds=embeds, use_cache=False, **_plain_inputs(model, batch, embeds.dtype)
+            inputs_embeds=_embed(model, parts.ids, grad_sink),
+            attention_mask=parts.attention_mask,
+            use_cache=False,
+        )
+        return gather_rows(out.last_hidden_state.flatten(0, 1), parts.index[:, positions])
+    if plan.kind == "plain":
+        out = decoder(
+            inputs_embeds=_embed(model, batch.input_ids, grad_sink),
+            attention_mask=batch.attention_mask,
+            use_cache=False,
         )
         return gather_rows(out.last_hidden_state, positions, dim=1)
     if plan.kind == "packed":
@@ -278,8 +283,9 @@ def packing_pays(model: nn.Module, batch: TrainBatch, prefix: int) -> bool:
 @dataclass(frozen=True)
 class ForwardPlan:
     """How `hidden_at` runs a batch: "plain" (the padded rows), "cache" (the first
-    cluster's prefix once, shared with every row as a KV cache) or "packed" (one packed
-    sequence per cluster). `flops.decoder_pass` counts the same plan."""
+    cluster's prefix once, shared with every row as a KV cache), "packed" (one packed
+    sequence per cluster) or "parts" (rows of several sequences: each part a row of its
+    own, `segments.split_parts`). `flops.decoder_pass` counts the same plan."""
 
     kind: str
     clusters: list[PromptCluster]
@@ -291,8 +297,8 @@ def forward_plan(model: nn.Module, batch: TrainBatch) -> ForwardPlan:
     when `clusters_cost` beats the alternatives; rows with one common prefix share it
     packed or through a KV cache (`packing_pays`); other batches run plain."""
     rows, config = len(batch), model.config
-    if batch.segment_ids is not None:  # rows of several sequences run as they are
-        return ForwardPlan("plain", [])
+    if batch.segment_ids is not None:  # rows of several sequences: one row per part
+        return ForwardPlan("parts", [])
     prefix = shared_prefix_length(batch)
     if rows > 1 and PACKING != "never" and packable(config):
         clusters = prompt_clusters(batch)

@@ -14,8 +14,10 @@ import torch
 import torch.nn.functional as F
 
 from starpo.compute.batch import TrainBatch
-from starpo.compute.segments import takes_custom_mask
+from starpo.models.compat import uses_sliding_window
 
+#: Attention implementations that take a custom 4D mask (sdpa: boolean, eager: additive).
+PACKABLE_ATTENTION = ("sdpa", "eager")
 #: What one row's copy of one cached position costs, in tokens' worth of layer compute:
 #: the shared KV cache path copies the prefix's keys and values to every row (and their
 #: GQA head repeats) and sums their gradients back. Measured on a 2-core CPU with
@@ -183,5 +185,6 @@ def plain_cost(config, batch: TrainBatch) -> float:
 
 
 def packable(config) -> bool:
-    """The model takes a custom attention mask (`segments.takes_custom_mask`)."""
-    return takes_custom_mask(config)
+    """The model takes a custom attention mask and has no sliding window (which the mask
+    would drop)."""
+    return config._attn_implementation in PACKABLE_ATTENTION and not uses_sliding_window(config)

@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from starpo.compute.activation_checkpointing import enable_gradient_checkpointing
-from starpo.compute.segments import sequence_inputs
+from starpo.compute.forward import gather_rows
+from starpo.compute.segments import shift_within_parts, split_parts
 from starpo.config import TrainConfig
 from starpo.errors import UserError
 from starpo.models.precision import Precision, apply_master_weights
@@ -35,17 +36,22 @@ class ValueModel(nn.Module):
         segments: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Values (B, T): entry t is the value of the state before token t is generated.
-        `segments`: `TrainBatch.segment_ids` of rows that hold several sequences."""
-        dtype = self.backbone.get_input_embeddings().weight.dtype
-        inputs = sequence_inputs(self.backbone.config, input_ids, attention_mask, segments, dtype)
+        `segments`: `TrainBatch.segment_ids` of rows that hold several sequences, each run
+        as a row of its own (`compute.segments`)."""
+        if segments is None:
+            return shift_within_parts(self._values(input_ids, attention_mask))
+        parts = split_parts(input_ids, attention_mask, segments)
+        values = shift_within_parts(self._values(parts.ids, parts.attention_mask))
+        return gather_rows(values.flatten(), parts.index)
+
+    def _values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The value head on each token's final hidden state (B, T), unshifted."""
         # No KV cache: nothing reads it, and it would only hold memory until backward.
-        out = self.backbone(input_ids=input_ids, use_cache=False, **inputs)
+        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
         hidden = out[0]  # (B, T, H)
         # The head runs in fp32 even under autocast: values are regression targets' scale.
         with torch.autocast(hidden.device.type, enabled=False):
-            values = self.value_head(hidden.float()).squeeze(-1)  # (B, T)
-        # Shift right: the state in which token t is chosen is the prefix ending at t - 1.
-        return torch.cat([values[:, :1] * 0, values[:, :-1]], dim=1)
+            return self.value_head(hidden.float()).squeeze(-1)  # (B, T)
 
 
 @dataclass
