@@ -182,7 +182,7 @@ def test_unknown_env_id_is_the_registry_error(tmp_path):
 def test_free_text_and_new_envs_give_sft_examples_from_their_solver(env_id):
     """`starpo sft --from-solver` on the RAGEN-2 envs: every solver episode replays, with
     its rationale as the think text, and succeeds."""
-    settings = RolloutSettings(max_turns=60, max_actions_per_turn=1, max_actions_per_traj=80)
+    settings = RolloutSettings(max_turns=100, max_actions_per_turn=1, max_actions_per_traj=100)
     records = solver_records(env_id, 4).records
     result = replay_records(records, load_tokenizer(), settings)
     assert not result.skipped and len(result.examples) == 4
