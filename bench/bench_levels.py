@@ -95,6 +95,9 @@ def main() -> None:
     parser.add_argument("--levels", type=int, default=500, help="levels per env id")
     parser.add_argument("--seed", type=int, default=10_000, help="first seed")
     args = parser.parse_args()
+    import torch  # only for the CPU capability line every benchmark prints
+
+    print(f"CPU capability {torch.backends.cpu.get_cpu_capability()} (pure Python: one core)")
     print(f"{args.levels} levels per id, seeds {args.seed}..{args.seed + args.levels - 1}")
     print(f"{'id':<15}{'levels/s':>10}{'solver ms':>11}{'solver %':>10}{'mean len':>10}")
     results = {}
