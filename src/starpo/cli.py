@@ -253,6 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_sft_parser(sub)  # `starpo sft`: its flags live beside the code they drive
 
+    from starpo.serve.command import add_serve_parser
+
+    add_serve_parser(sub)  # `starpo serve`: an OpenAI-compatible endpoint
+
     p = sub.add_parser("view", help="write a static HTML viewer of a run or eval folder")
     p.add_argument("run", metavar="RUN", help="a training run folder or a starpo eval --out folder")
     p.add_argument("--serve", action="store_true", help="also serve it on 127.0.0.1")

@@ -1,0 +1,145 @@
+"""A bounded load test of `starpo serve`: N concurrent clients x M chat requests each.
+
+    python bench/bench_serve.py [--model smollm2-135m-instruct] [--clients 8] [--requests 4]
+                                [--max-tokens 32] [--backend auto] [--dtype auto]
+
+Starts the server in this process on 127.0.0.1 (a free port), waits for it, then runs a
+fixed number of requests (clients x requests, each client one thread with the official
+openai client, sampled at temperature 0.7 with a per-request seed) and prints requests/s,
+completion tokens/s, whether every request was answered, how many batched generate calls
+served them, and the CPU capability torch dispatches to. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+START_TIMEOUT_S = 300.0
+REQUEST_TIMEOUT_S = 300.0
+QUESTIONS = [
+    "Name a primary colour.",
+    "What is 7 times 6?",
+    "Give me a word that rhymes with cat.",
+    "Which planet is closest to the sun?",
+]
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--clients", type=int, default=8)
+    p.add_argument("--requests", type=int, default=4, help="requests per client")
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--backend", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--max-batch", type=int, default=8)
+    return p.parse_args()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Counting:
+    """Counts the backend's generate calls (the batches)."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, 0
+
+    def generate(self, requests, params):
+        self.calls += 1
+        return self.inner.generate(requests, params)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def main() -> int:
+    import openai
+    import torch
+    import uvicorn
+
+    from starpo.serve.command import load_app
+
+    args = parse_args()
+    loaded = time.perf_counter()
+    app = load_app(args.model, backend=args.backend, dtype=args.dtype, max_batch=args.max_batch)
+    batcher = app.state.batcher
+    batcher.backend = counting = Counting(batcher.backend)  # the worker reads it per call
+    print(f"loaded {args.model} in {time.perf_counter() - loaded:.1f}s")
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            print("the server did not start")
+            return 1
+        time.sleep(0.05)
+    client = openai.OpenAI(
+        base_url=f"http://127.0.0.1:{port}/v1",
+        api_key="x",
+        timeout=REQUEST_TIMEOUT_S,
+        max_retries=0,
+    )
+
+    def one(index: int) -> int:
+        reply = client.chat.completions.create(
+            model=args.model,
+            messages=[{"role": "user", "content": QUESTIONS[index % len(QUESTIONS)]}],
+            max_tokens=args.max_tokens,
+            temperature=0.7,
+        )
+        return reply.usage.completion_tokens
+
+    def client_loop(client_index: int) -> list[int]:
+        return [one(client_index * args.requests + r) for r in range(args.requests)]
+
+    one(0)  # warm-up: first-call costs are not load
+    calls_before = counting.calls
+    total = args.clients * args.requests
+    started = time.perf_counter()
+    failures = 0
+    tokens: list[int] = []
+    with ThreadPoolExecutor(args.clients) as pool:
+        for future in [pool.submit(client_loop, c) for c in range(args.clients)]:
+            try:
+                tokens.extend(future.result(timeout=REQUEST_TIMEOUT_S * args.requests))
+            except Exception as exc:  # a lost client: counted, reported
+                failures += args.requests
+                print(f"client failed: {type(exc).__name__}: {exc}")
+    seconds = time.perf_counter() - started
+    server.should_exit = True
+    thread.join(30)
+    report(args, total, tokens, failures, seconds, counting.calls - calls_before)
+    print(
+        f"cpu capability: {torch.backends.cpu.get_cpu_capability()}, threads: "
+        f"{torch.get_num_threads()}"
+    )
+    return 0 if failures == 0 and len(tokens) == total else 1
+
+
+def report(args, total, tokens, failures, seconds, calls) -> None:
+    answered = len(tokens)
+    print(
+        f"{args.clients} clients x {args.requests} requests, max_tokens {args.max_tokens}: "
+        f"{answered}/{total} answered, {total - answered} lost, in {seconds:.1f}s"
+    )
+    print(f"requests/s: {answered / seconds:.2f}")
+    print(f"completion tokens/s: {sum(tokens) / seconds:.1f} ({sum(tokens)} tokens)")
+    print(f"generate calls: {calls} (mean batch {answered / max(calls, 1):.1f})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

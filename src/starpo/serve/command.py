@@ -1,0 +1,124 @@
+"""`starpo serve`: a model behind an OpenAI-compatible endpoint (wired into `starpo.cli`).
+
+The parser needs neither torch nor FastAPI, so `starpo --help` stays fast; the command
+loads them when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from starpo.errors import UserError
+
+DESCRIPTION = """\
+Serve a model (the embedded default, a trained run's model folder, or a hub id) as an
+OpenAI-compatible API: GET /v1/models and POST /v1/chat/completions (streaming too), so
+any OpenAI client, agent framework or eval harness can talk to it. Concurrent requests with
+the same sampling settings are generated in one batch. Listens on 127.0.0.1 by default."""
+
+MISSING_EXTRA = "starpo serve needs the serve extra: pip install 'starpo[serve]'"
+
+
+def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the `serve` command to `starpo`'s subparsers; returns its parser."""
+    from starpo.defaults import DEFAULT_MODEL
+    from starpo.registry import GENERATION_BACKENDS
+
+    p = subparsers.add_parser(
+        "serve",
+        help="serve a model behind an OpenAI-compatible endpoint",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help=f"model name, local folder or hub id, as for eval (default {DEFAULT_MODEL})",
+    )
+    p.add_argument(
+        "--served-name", default=None, help="model id clients send (default: --model's value)"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=_port, default=8000, help="port (default 8000)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    p.add_argument(
+        "--backend",
+        default="auto",
+        choices=list(GENERATION_BACKENDS),
+        help="generation backend, as rollout.backend (default auto: lean on a CPU if it can)",
+    )
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "fp32", "bf16"],
+        help="decode dtype, as rollout.dtype (default auto: bf16 on a CPU with native bf16)",
+    )
+    p.add_argument(
+        "--max-batch",
+        type=_positive,
+        default=8,
+        help="most requests generated together in one batch (default 8)",
+    )
+    p.set_defaults(func=cmd_serve)
+    return p
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn
+    except ImportError:
+        raise UserError(MISSING_EXTRA) from None
+    app = load_app(
+        args.model,
+        served_name=args.served_name,
+        device=args.device,
+        backend=args.backend,
+        dtype=args.dtype,
+        max_batch=args.max_batch,
+    )
+    print(f"serving {args.model} on http://{args.host}:{args.port}/v1", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    return 0
+
+
+def load_app(
+    model: str,
+    *,
+    served_name: str | None = None,
+    device: str = "cpu",
+    backend: str = "auto",
+    dtype: str = "auto",
+    max_batch: int = 8,
+) -> Any:
+    """Load `model`, build its generation backend (as `starpo eval --model` does) and
+    return the FastAPI app serving it."""
+    from starpo.models import load_model
+    from starpo.models.precision import rollout_dtype
+    from starpo.registry import GENERATION_BACKENDS
+    from starpo.serve.app import build_app
+
+    build = GENERATION_BACKENDS[backend]
+    policy, tokenizer = load_model(model, device=device)
+    compute_dtype = next(policy.parameters()).dtype
+    decode_dtype = rollout_dtype(dtype, compute_dtype, policy.device)
+    generator = build(policy, tokenizer, compute_dtype=decode_dtype, seed=0)
+    context = getattr(policy.config, "max_position_embeddings", None)
+    return build_app(
+        generator, tokenizer, served_name or model, context_length=context, max_batch=max_batch
+    )
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0..65535, got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
