@@ -140,9 +140,14 @@ def test_demo_env_showcase_plays_every_env():
     )
     assert result.returncode == 0, result.stderr
     summary = result.stdout.split("summary (seed 123):")[1]
-    for env_id in ("bandit", "frozenlake", "sokoban", "sokoban-large", "sokoban-newvocab"):
+    from starpo.demo import DEMO_ENVS
+
+    for env_id in DEMO_ENVS:
         assert f"{env_id} " in summary
-    assert summary.count("solver  success") >= 5  # the solver wins every env but slippery ice
+    for env_id in ("countdown", "sudoku", "qa", "2048-3x3"):  # free text and the long game
+        assert f"{env_id}" + " " * (18 - len(env_id)) + "solver  success" in summary
+    # the solver wins every env but the slippery ice
+    assert summary.count("solver  success") >= len(DEMO_ENVS) - 1
 
 
 def test_train_overrides_may_stand_anywhere():

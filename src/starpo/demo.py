@@ -22,7 +22,19 @@ from starpo.envs.policies import make_policy
 from starpo.errors import UserError
 from starpo.evaluation import run_episode
 
-DEMO_ENVS = ("bandit", "bandit-rev", "frozenlake", "sokoban", "sokoban-large", "sokoban-newvocab")
+DEMO_ENVS = (
+    "bandit",
+    "bandit-rev",
+    "frozenlake",
+    "sokoban",
+    "sokoban-large",
+    "sokoban-newvocab",
+    "countdown",
+    "countdown-multi",
+    "sudoku",
+    "qa",
+    "2048-3x3",
+)
 DEMO_SEED = 123
 DEMO_PRESET = "cpu-bandit-starpo-s"  # shipped in starpo/configs/
 
