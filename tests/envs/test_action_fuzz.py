@@ -6,9 +6,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from starpo.envs import make
+from starpo.envs import make, registered_ids
 
 BUILTIN_IDS = ["bandit", "bandit-rev", "frozenlake", "sokoban", "sokoban-large", "sokoban-newvocab"]
+# Free-text envs judge any text themselves (a wrong answer may be valid): fuzzed on their
+# own rule, parse_action.
+FREE_TEXT_IDS = [i for i in registered_ids() if make(i).free_text]
 
 action_strings = st.one_of(
     st.text(max_size=50),  # any unicode, incl. surrogates
@@ -37,3 +40,31 @@ def test_any_action_string_is_handled(env_id: str, action: str):
         assert reward == 0.0 and not terminated and not truncated
     else:
         assert info["action"].casefold() == action.strip().casefold()
+
+
+free_text_strings = st.one_of(
+    action_strings,
+    st.sampled_from(["(3+5)*2", "3+5-2", "r2c3=4", "(2,3)=4", "72", "$1,234.50", "3/4"]),
+    st.text(alphabet="0123456789+-*/() =rc,.", max_size=40),  # near-misses of answers
+)
+
+
+@pytest.mark.parametrize("env_id", FREE_TEXT_IDS)
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(answer=free_text_strings)
+def test_any_free_text_answer_is_handled(env_id: str, answer: str):
+    env = make(env_id)
+    env.reset(seed=7)
+    before = (env.render(), env.snapshot(), env.steps_left)
+    parsed = env.parse_action(answer)  # before the step: it may read the state (a free cell)
+    label = None if parsed is None else env.action_label(parsed)
+    obs, reward, terminated, truncated, info = env.step(answer)
+    assert isinstance(obs, str) and isinstance(reward, float)
+    valid = parsed is not None
+    assert info["action_is_valid"] is valid
+    if not valid:
+        assert (obs, env.snapshot(), env.steps_left) == before
+        assert reward == 0.0 and not terminated and not truncated
+    else:
+        assert info["action"] == label
+        assert env.steps_left == before[2] - 1 or terminated or truncated
