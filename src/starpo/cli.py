@@ -15,6 +15,7 @@ from starpo.cli_args import (
     parse_env_args,
 )
 from starpo.cli_eval import add_model_eval_args, cmd_eval
+from starpo.cli_eval_api import add_api_eval_args, cmd_eval_api
 from starpo.errors import UserError
 
 
@@ -154,6 +155,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     return report_main(args.runs, args.out, args.x)
 
 
+def _cmd_eval(args: argparse.Namespace) -> int:
+    return (cmd_eval_api if args.policy == "api" else cmd_eval)(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="starpo", description="Train and evaluate LLM agents with multi-turn RL (StarPO)."
@@ -182,8 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--policy",
         required=True,
-        choices=["random", "solver", "model"],
-        help="random: uniform actions; solver: the optimal policy; model: an LLM (--model)",
+        choices=["random", "solver", "model", "api"],
+        help="random: uniform actions; solver: the optimal policy; model: an LLM (--model); "
+        "api: an OpenAI-compatible chat endpoint (--base-url)",
     )
     p.add_argument(
         "--episodes", type=int, default=100, help="number of validation seeds (default 100)"
@@ -198,7 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help=env_arg_help)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_model_eval_args(p)
-    p.set_defaults(func=cmd_eval)
+    add_api_eval_args(p)
+    p.set_defaults(func=_cmd_eval)
 
     from starpo.config import format_config_help, presets
 

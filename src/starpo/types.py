@@ -124,6 +124,11 @@ class Trajectory:
     # The env raised or hung (reset or step): the episode ended there, its group is left
     # out of the update, and this says what happened ("step: ValueError: ...").
     error: str | None = None
+    # Played through an API (`starpo eval --policy api`): the token counts its replies
+    # reported ({"prompt_tokens", "completion_tokens", "requests"}) and the episode's wall
+    # seconds. None for in-process rollouts and older records.
+    usage: dict[str, int] | None = None
+    wall_s: float | None = None
 
     @property
     def reward(self) -> float:

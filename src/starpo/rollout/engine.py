@@ -207,6 +207,25 @@ class RolloutEngine:
         tokens: the next chunk of the dialogue, or the whole prompt of a context window
         that dropped a turn (`RolloutSettings.context_window`)."""
         s, traj = self.settings, episode.trajectory
+        user = self._user_turn(episode, turn)
+        start = s.window_start(turn)
+        if turn == 1:
+            ids = self.chat.first_prompt(prompts.SYSTEM_PROMPT, user)
+        elif start > s.window_start(turn - 1):
+            traj.context_resets.append(len(traj.token_ids))
+            ids = self._window_prompt(episode, start, turn)
+        else:
+            ids = self.chat.next_turn(user, episode.stop_text)
+        traj.token_ids.extend(ids)
+        traj.loss_mask.extend([0] * len(ids))
+        traj.logprobs.extend([0.0] * len(ids))
+        episode.turn = turn
+        return ids
+
+    def _user_turn(self, episode: _Episode, turn: int) -> str:
+        """This turn's user message, recorded in the episode and its trajectory's messages
+        (after the system prompt on turn 1)."""
+        s, traj = self.settings, episode.trajectory
         episode.views.append((episode.state, self._actions_left(episode)))
         if turn == 1:
             user = self._opening(episode, 1)
@@ -223,19 +242,7 @@ class RolloutEngine:
             )
         episode.users.append(user)
         traj.messages.append({"role": "user", "content": user})
-        start = s.window_start(turn)
-        if turn == 1:
-            ids = self.chat.first_prompt(prompts.SYSTEM_PROMPT, user)
-        elif start > s.window_start(turn - 1):
-            traj.context_resets.append(len(traj.token_ids))
-            ids = self._window_prompt(episode, start, turn)
-        else:
-            ids = self.chat.next_turn(user, episode.stop_text)
-        traj.token_ids.extend(ids)
-        traj.loss_mask.extend([0] * len(ids))
-        traj.logprobs.extend([0.0] * len(ids))
-        episode.turn = turn
-        return ids
+        return user
 
     def _opening(self, episode: _Episode, turn: int) -> str:
         """The first user message of a prompt that starts at `turn`: the task and that
@@ -264,13 +271,37 @@ class RolloutEngine:
 
     def _act(self, episode: _Episode, generation: Generation) -> None:
         """Record the generated tokens, parse them, step the env, score the turn."""
-        s, traj = self.settings, episode.trajectory
+        traj = episode.trajectory
         token_ids, stop_ids = generation.token_ids, generation.stop_ids
         traj.token_ids.extend(token_ids)
         traj.loss_mask.extend([1] * len(token_ids))
         traj.logprobs.extend(generation.logprobs)
         traj.turn_ends.append(len(traj.token_ids) - 1)
         text = self.prefix + self.tokenizer.decode(token_ids, skip_special_tokens=True)
+        self._play_reply(
+            episode,
+            text,
+            response_tokens=len(token_ids),
+            count_tokens=lambda think: len(self.chat.encode(think)),
+            finish_reason=generation.finish_reason,
+        )
+        ended_by_stop_token = bool(stop_ids) and stop_ids[-1] in self.params.stop_token_ids
+        episode.stop_text = self.tokenizer.decode(stop_ids) if ended_by_stop_token else ""
+        episode.replies.append(list(token_ids))
+        episode.stops.append(episode.stop_text)
+
+    def _play_reply(
+        self,
+        episode: _Episode,
+        text: str,
+        *,
+        response_tokens: int,
+        count_tokens: Callable[[str], int],
+        finish_reason: str,
+    ) -> Turn:
+        """Parse a reply's text (with the generation prefix), step the env with its actions,
+        score the turn and record it: the part of a turn that needs no tokens."""
+        s, traj = self.settings, episode.trajectory
         parsed = parse_turn(text, think=s.think, max_actions=s.max_actions_per_turn)
         turn = Turn(
             state=episode.state,
@@ -281,9 +312,9 @@ class RolloutEngine:
             format_ok=parsed.format_ok,
             env_reward=0.0,
             reward=0.0,
-            response_tokens=len(token_ids),
-            think_tokens=len(self.chat.encode(parsed.think)) if parsed.think else 0,
-            finish_reason=generation.finish_reason,
+            response_tokens=response_tokens,
+            think_tokens=count_tokens(parsed.think) if parsed.think else 0,
+            finish_reason=finish_reason,
             state_key=episode.state_key,
             window_start=s.window_start(episode.turn),
         )
@@ -294,15 +325,12 @@ class RolloutEngine:
         turn.reward = turn.env_reward + penalty + turn.format_bonus
         traj.turns.append(turn)
         traj.messages.append({"role": "assistant", "content": text})
-        ended_by_stop_token = bool(stop_ids) and stop_ids[-1] in self.params.stop_token_ids
-        episode.stop_text = self.tokenizer.decode(stop_ids) if ended_by_stop_token else ""
-        episode.replies.append(list(token_ids))
-        episode.stops.append(episode.stop_text)
         episode.last_env_reward = turn.env_reward
         traj.done = env_done
         episode.finished = (
             env_done or self._actions_left(episode) <= 0 or episode.turn >= s.max_turns
         )
+        return turn
 
     def _execute(self, episode: _Episode, turn: Turn, actions: list[str]) -> bool:
         """Apply the turn's actions in order; return whether the env ended.

@@ -73,6 +73,10 @@ class ChatRequest(BaseModel):
     n: int = Field(1, ge=1)
     stream: bool = False
     stream_options: dict[str, Any] | None = None
+    # vLLM's extension: continue the final (assistant) message instead of opening a new one,
+    # e.g. after a pre-filled "<think>" (what `starpo eval --policy api --api-prefill` sends).
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
 
     @field_validator("stop")
     @classmethod
@@ -189,8 +193,16 @@ class _Server:
             {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
             for m in chat.messages
         ]
+        if chat.continue_final_message and (
+            chat.add_generation_prompt or messages[-1]["role"] != "assistant"
+        ):
+            message = "continue_final_message needs add_generation_prompt=false and a final "
+            raise ApiError(400, message + "assistant message", param="continue_final_message")
         text = self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
+            messages,
+            tokenize=False,
+            add_generation_prompt=chat.add_generation_prompt,
+            continue_final_message=chat.continue_final_message,
         )
         # The template writes the special tokens itself: no second bos from the tokenizer.
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
