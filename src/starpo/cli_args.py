@@ -53,3 +53,23 @@ def setting_flag_kind(default: Any) -> dict[str, Any]:
     if isinstance(default, bool):
         return {"action": argparse.BooleanOptionalAction}
     return {"type": type(default)}
+
+
+def add_decode_flags(parser: Any) -> None:
+    """--device, --backend and --dtype: how a command that loads a model decodes with it
+    (`starpo eval --policy model`, `starpo serve`), spelled as rollout.backend/dtype."""
+    from starpo.registry import GENERATION_BACKENDS
+
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    parser.add_argument(
+        "--backend",
+        default="auto",
+        choices=list(GENERATION_BACKENDS),
+        help="generation backend, as rollout.backend (default auto: lean on a CPU if it can)",
+    )
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "fp32", "bf16"],
+        help="decode dtype, as rollout.dtype (default auto: bf16 on a CPU with native bf16)",
+    )

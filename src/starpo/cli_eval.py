@@ -9,9 +9,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from starpo.cli_args import MAX_EPISODES, check_seed, flag_name, parse_env_args, setting_flag_kind
+from starpo.cli_args import (
+    MAX_EPISODES,
+    add_decode_flags,
+    check_seed,
+    flag_name,
+    parse_env_args,
+    setting_flag_kind,
+)
 from starpo.errors import UserError
-from starpo.registry import GENERATION_BACKENDS
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -187,19 +193,7 @@ def add_model_eval_args(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_MODEL,
         help=f"model name, local folder or hub id (default {DEFAULT_MODEL})",
     )
-    g.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    g.add_argument(
-        "--backend",
-        default="auto",
-        choices=list(GENERATION_BACKENDS),
-        help="generation backend, as rollout.backend (default auto: lean on a CPU if it can)",
-    )
-    g.add_argument(
-        "--dtype",
-        default="auto",
-        choices=["auto", "fp32", "bf16"],
-        help="decode dtype, as rollout.dtype (default auto: bf16 on a CPU with native bf16)",
-    )
+    add_decode_flags(g)
     g.add_argument(
         "--samples-per-seed",
         type=int,

@@ -24,21 +24,31 @@ action_strings = st.one_of(
 )
 
 
+def step_checked(env, action: str, valid: bool) -> dict:
+    """Step `action` from seed 7's start: nothing raises, the result is well typed, its
+    validity is `valid`, an invalid action changes nothing and a valid one uses one action
+    of the budget (unless it ended the episode). Returns the step's info."""
+    before = (env.render(), env.snapshot(), env.steps_left)
+    obs, reward, terminated, truncated, info = env.step(action)
+    assert isinstance(obs, str) and isinstance(reward, float)
+    assert info["action_is_valid"] is valid
+    if not valid:
+        assert (obs, env.snapshot(), env.steps_left) == before
+        assert reward == 0.0 and not terminated and not truncated
+    else:
+        assert env.steps_left == before[2] - 1 or terminated or truncated
+    return info
+
+
 @pytest.mark.parametrize("env_id", BUILTIN_IDS)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(action=action_strings)
 def test_any_action_string_is_handled(env_id: str, action: str):
     env = make(env_id)
     env.reset(seed=7)
-    before = (env.render(), env.snapshot(), env.steps_left)
-    obs, reward, terminated, truncated, info = env.step(action)
-    assert isinstance(obs, str) and isinstance(reward, float)
     valid = env.action_index(action) is not None
-    assert info["action_is_valid"] is valid
-    if not valid:
-        assert (obs, env.snapshot(), env.steps_left) == before
-        assert reward == 0.0 and not terminated and not truncated
-    else:
+    info = step_checked(env, action, valid)
+    if valid:
         assert info["action"].casefold() == action.strip().casefold()
 
 
@@ -55,16 +65,7 @@ free_text_strings = st.one_of(
 def test_any_free_text_answer_is_handled(env_id: str, answer: str):
     env = make(env_id)
     env.reset(seed=7)
-    before = (env.render(), env.snapshot(), env.steps_left)
     parsed = env.parse_action(answer)  # before the step: it may read the state (a free cell)
     label = None if parsed is None else env.action_label(parsed)
-    obs, reward, terminated, truncated, info = env.step(answer)
-    assert isinstance(obs, str) and isinstance(reward, float)
-    valid = parsed is not None
-    assert info["action_is_valid"] is valid
-    if not valid:
-        assert (obs, env.snapshot(), env.steps_left) == before
-        assert reward == 0.0 and not terminated and not truncated
-    else:
-        assert info["action"] == label
-        assert env.steps_left == before[2] - 1 or terminated or truncated
+    info = step_checked(env, answer, parsed is not None)
+    assert info["action"] == label

@@ -5,9 +5,7 @@ episode equal to the in-process engine) and against a small fake server on 127.0
 from __future__ import annotations
 
 import json
-import socket
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -17,7 +15,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("openai")
 
-import uvicorn  # noqa: E402
+from serving import WAIT_S, free_port, running  # noqa: E402
 
 from starpo.cli import main  # noqa: E402
 from starpo.config_episode import RolloutSettings  # noqa: E402
@@ -27,14 +25,7 @@ from starpo.rollout.hf_backend import HFBackend  # noqa: E402
 from starpo.serve.app import build_app  # noqa: E402
 
 NAME = "tiny-policy"
-WAIT_S = 20.0
 KEY = "sk-test-secret-4242"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -50,18 +41,8 @@ def served(tiny):
     model, tokenizer = tiny
     backend = HFBackend(model, pad_token_id=tokenizer.pad_token_id)
     app = build_app(backend, tokenizer, NAME, context_length=2048, max_batch=1)
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + WAIT_S
-    while not server.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/v1"
-    server.should_exit = True
-    thread.join(WAIT_S)
+    with running(app) as url:
+        yield url + "/v1"
 
 
 def comparable(trajectories):

@@ -4,9 +4,7 @@ official openai client and raw HTTP; the server runs in a thread on 127.0.0.1.""
 from __future__ import annotations
 
 import json
-import socket
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -18,7 +16,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
-import uvicorn  # noqa: E402
+from serving import WAIT_S, running  # noqa: E402
 
 from starpo.rollout.backend import GenerationRequest, SamplingParams  # noqa: E402
 from starpo.rollout.hf_backend import HFBackend  # noqa: E402
@@ -26,7 +24,6 @@ from starpo.serve.app import build_app  # noqa: E402
 
 NAME = "tiny-policy"
 CONTEXT = 256
-WAIT_S = 20.0
 
 
 class CountingBackend:
@@ -57,12 +54,6 @@ class CountingBackend:
         pass
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def model_and_tokenizer():
     from starpo.models import tiny_random_model
@@ -75,18 +66,8 @@ def server(model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
     backend = CountingBackend(HFBackend(model, pad_token_id=tokenizer.pad_token_id))
     app = build_app(backend, tokenizer, NAME, context_length=CONTEXT, max_batch=8)
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + WAIT_S
-    while not uv.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}", backend
-    uv.should_exit = True
-    thread.join(WAIT_S)
+    with running(app) as url:
+        yield url, backend
 
 
 @pytest.fixture(scope="module")

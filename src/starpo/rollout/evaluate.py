@@ -102,6 +102,23 @@ def play_seeds(
     return ModelEvalResult(trajectories, engine.generation_seconds - generation_before)
 
 
+def load_generator(
+    model_name: str, device: str = "cpu", backend: str = "auto", dtype: str = "auto", seed: int = 0
+) -> tuple[Any, Any, Any]:
+    """(model, tokenizer, generation backend) of `model_name`, decoding in `dtype`
+    (`rollout.dtype`'s rule) on `backend`: what `starpo eval --policy model` and `starpo
+    serve` generate with. An unknown backend fails before the model loads."""
+    from starpo.models import load_model
+    from starpo.models.precision import rollout_dtype
+    from starpo.registry import GENERATION_BACKENDS
+
+    build = GENERATION_BACKENDS[backend]
+    model, tokenizer = load_model(model_name, device=device)
+    compute_dtype = next(model.parameters()).dtype
+    decode_dtype = rollout_dtype(dtype, compute_dtype, model.device)
+    return model, tokenizer, build(model, tokenizer, compute_dtype=decode_dtype, seed=seed)
+
+
 def evaluate_model(
     env_id: str,
     model_name: str,
@@ -120,16 +137,9 @@ def evaluate_model(
     """Load `model_name`, play the seeds, and summarise; `on_turn` gets an `EvalProgress`
     after every turn."""
     from starpo.envs import make
-    from starpo.models import load_model
-    from starpo.models.precision import rollout_dtype
-    from starpo.registry import GENERATION_BACKENDS
 
     make(env_id, **(env_kwargs or {}))  # bad env ids and arguments fail before the model loads
-    build = GENERATION_BACKENDS[backend]
-    model, tokenizer = load_model(model_name, device=device)
-    compute_dtype = next(model.parameters()).dtype
-    decode_dtype = rollout_dtype(dtype, compute_dtype, model.device)
-    generator = build(model, tokenizer, compute_dtype=decode_dtype, seed=seed)
+    model, tokenizer, generator = load_generator(model_name, device, backend, dtype, seed)
     meter = _MeteredBackend(generator)
     engine = RolloutEngine(meter, tokenizer, settings)
 

@@ -22,8 +22,8 @@ MISSING_EXTRA = "starpo serve needs the serve extra: pip install 'starpo[serve]'
 
 def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the `serve` command to `starpo`'s subparsers; returns its parser."""
+    from starpo.cli_args import add_decode_flags
     from starpo.defaults import DEFAULT_MODEL
-    from starpo.registry import GENERATION_BACKENDS
 
     p = subparsers.add_parser(
         "serve",
@@ -41,19 +41,7 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=_port, default=8000, help="port (default 8000)")
-    p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    p.add_argument(
-        "--backend",
-        default="auto",
-        choices=list(GENERATION_BACKENDS),
-        help="generation backend, as rollout.backend (default auto: lean on a CPU if it can)",
-    )
-    p.add_argument(
-        "--dtype",
-        default="auto",
-        choices=["auto", "fp32", "bf16"],
-        help="decode dtype, as rollout.dtype (default auto: bf16 on a CPU with native bf16)",
-    )
+    add_decode_flags(p)
     p.add_argument(
         "--max-batch",
         type=_positive,
@@ -94,16 +82,10 @@ def load_app(
 ) -> Any:
     """Load `model`, build its generation backend (as `starpo eval --model` does) and
     return the FastAPI app serving it."""
-    from starpo.models import load_model
-    from starpo.models.precision import rollout_dtype
-    from starpo.registry import GENERATION_BACKENDS
+    from starpo.rollout.evaluate import load_generator
     from starpo.serve.app import build_app
 
-    build = GENERATION_BACKENDS[backend]
-    policy, tokenizer = load_model(model, device=device)
-    compute_dtype = next(policy.parameters()).dtype
-    decode_dtype = rollout_dtype(dtype, compute_dtype, policy.device)
-    generator = build(policy, tokenizer, compute_dtype=decode_dtype, seed=0)
+    policy, tokenizer, generator = load_generator(model, device, backend, dtype)
     context = getattr(policy.config, "max_position_embeddings", None)
     return build_app(
         generator, tokenizer, served_name or model, context_length=context, max_batch=max_batch
