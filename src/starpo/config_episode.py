@@ -108,6 +108,17 @@ class RolloutSettings:
         kept = self.turns_kept
         return 1 if kept is None else max(1, turn - kept)
 
+    def rebuilds(self, turn: int) -> bool:
+        """Whether the prompt of `turn` is built afresh (`prompt_rebuilt`)."""
+        return prompt_rebuilt(self.turns_kept, turn)
+
+
+def prompt_rebuilt(turns_kept: int | None, turn: int) -> bool:
+    """Whether the prompt of `turn` (1-based) is built afresh, its window having dropped a
+    turn: once more than `turns_kept` earlier turns exist (never when None, the whole
+    dialogue). The rollout engine and the memory plan both ask this."""
+    return turns_kept is not None and turn > turns_kept + 1
+
 
 _BOUNDS: dict[str, tuple[Callable[[Any, Any], bool], str]] = {
     "gt": (operator.gt, ">"),

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from starpo.config_episode import prompt_rebuilt
+
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -50,7 +52,7 @@ class EpisodeShape:
 
     def rebuilds(self, turn: int) -> bool:
         """Whether the prompt of `turn` (1-based) is built afresh: its window dropped a turn."""
-        return self.kept_turns is not None and turn > self.kept_turns + 1
+        return prompt_rebuilt(self.kept_turns, turn)
 
     @property
     def window_prompt_tokens(self) -> int:

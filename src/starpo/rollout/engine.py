@@ -154,7 +154,7 @@ class RolloutEngine:
             active = [e for e in episodes if not e.finished]
             if not active:
                 break
-            if self.settings.window_start(turn) > self.settings.window_start(turn - 1):
+            if self.settings.rebuilds(turn):
                 # The window drops a turn: every prompt is built afresh, in new sessions
                 # (all episodes are at the same turn, so they all start together).
                 self.backend.reset()
@@ -208,12 +208,11 @@ class RolloutEngine:
         that dropped a turn (`RolloutSettings.context_window`)."""
         s, traj = self.settings, episode.trajectory
         user = self._user_turn(episode, turn)
-        start = s.window_start(turn)
         if turn == 1:
             ids = self.chat.first_prompt(prompts.SYSTEM_PROMPT, user)
-        elif start > s.window_start(turn - 1):
+        elif s.rebuilds(turn):
             traj.context_resets.append(len(traj.token_ids))
-            ids = self._window_prompt(episode, start, turn)
+            ids = self._window_prompt(episode, s.window_start(turn), turn)
         else:
             ids = self.chat.next_turn(user, episode.stop_text)
         traj.token_ids.extend(ids)
