@@ -212,3 +212,19 @@ def test_critic_values_of_a_row_of_several_parts_are_each_parts_own(tiny):
             for a, b in zip(starts, [*traj.context_resets, len(traj.token_ids)], strict=True):
                 own = critic(torch.tensor([traj.token_ids[a:b]]), torch.ones(1, b - a))
                 torch.testing.assert_close(joined[row, a:b], own[0], atol=1e-5, rtol=0)
+
+
+def test_logits_of_a_row_of_several_parts_match_their_hidden_states(tiny):
+    """`logits_at` (models without a plain head) reads the same parts as `hidden_at`, which
+    the test above checks against each part alone; logits only where they are read."""
+    from starpo.compute.forward import hidden_at, logits_at
+
+    model, tokenizer = tiny
+    trajectories = _run_tiny(tiny, "last_k", seed=6)
+    batch = build_batch(trajectories, tokenizer.pad_token_id, per_turn_rewards=False)
+    positions = torch.nonzero(batch.loss_mask.any(dim=0)).squeeze(1) - 1
+    with torch.no_grad():
+        logits = logits_at(model, batch, positions)
+        expected = model.lm_head(hidden_at(model, batch, positions))
+    assert logits.shape == (len(batch), len(positions), model.config.vocab_size)
+    torch.testing.assert_close(logits, expected, atol=1e-4, rtol=0)

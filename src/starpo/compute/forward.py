@@ -195,8 +195,10 @@ def logits_at(model: nn.Module, batch: TrainBatch, positions: torch.Tensor) -> t
     shared prompt prefix only once (`_shared_prefix_pass`)."""
     if batch.segment_ids is not None:  # each part a row of its own (`segments`)
         parts = split_parts(batch.input_ids, batch.attention_mask, batch.segment_ids)
-        out = model(input_ids=parts.ids, attention_mask=parts.attention_mask, use_cache=False)
-        return gather_rows(out.logits.flatten(0, 1), parts.index[:, positions])
+        keep, index = parts.read_at(positions)  # logits only where read, as the plain path
+        inputs = {"input_ids": parts.ids, "attention_mask": parts.attention_mask}
+        out = model(**inputs, logits_to_keep=keep, use_cache=False)
+        return gather_rows(out.logits.flatten(0, 1), index)
     prefix = shared_prefix_length(batch)
     if len(batch) == 1 or prefix < MIN_SHARED_PREFIX:
         out = model(  # no KV cache: nothing reads it, it would only hold memory until backward
@@ -229,11 +231,8 @@ def hidden_at(
     plan = forward_plan(model, batch)
     if plan.kind == "parts":  # each part a row of its own (`segments`)
         parts = split_parts(batch.input_ids, batch.attention_mask, batch.segment_ids)
-        out = decoder(
-            inputs_embeds=_embed(model, parts.ids, grad_sink),
-            attention_mask=parts.attention_mask,
-            use_cache=False,
-        )
+        embeds = _embed(model, parts.ids, grad_sink)
+        out = decoder(inputs_embeds=embeds, attention_mask=parts.attention_mask, use_cache=False)
         return gather_rows(out.last_hidden_state.flatten(0, 1), parts.index[:, positions])
     if plan.kind == "plain":
         out = decoder(

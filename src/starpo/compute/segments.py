@@ -37,6 +37,15 @@ class Parts:
     attention_mask: torch.Tensor  # (P, L)
     index: torch.Tensor  # (B, T) flat index into (P * L)
 
+    def read_at(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the parts' own columns that the rows' `positions` read, sorted: a forward's
+        `logits_to_keep`; (B, K) where each row's position lands in the (P * kept) outputs
+        of a forward that kept only those columns)."""
+        width = self.ids.shape[1]
+        flat = self.index[:, positions]  # (B, K) into the flattened (P * L) parts
+        keep = torch.unique(flat % width)
+        return keep, (flat // width) * len(keep) + torch.searchsorted(keep, flat % width)
+
 
 def split_parts(
     input_ids: torch.Tensor, attention_mask: torch.Tensor, segments: torch.Tensor
