@@ -39,6 +39,8 @@ def cmd_check_env(args: argparse.Namespace) -> int:
     except EnvCheckError as exc:
         print(f"FAIL {args.env_id}: {exc}")
         return 1
+    finally:
+        env.close()  # a remote env's session ends here
     for name in passed:
         print(f"ok    {name}")
     print(f"PASS  {args.env_id}: all {len(passed)} checks passed")
@@ -51,7 +53,10 @@ def cmd_play(args: argparse.Namespace) -> int:
 
     check_seed("--seed", args.seed)
     env = make(args.env_id, **parse_env_args(args.env_arg))
-    return play_interactive(env, seed=args.seed)
+    try:
+        return play_interactive(env, seed=args.seed)
+    finally:
+        env.close()
 
 
 def start_or_resume(out: Path, mode: str | None, overwrite: bool) -> tuple[bool, str | None]:
@@ -263,6 +268,10 @@ def build_parser() -> argparse.ArgumentParser:
     from starpo.serve.command import add_serve_parser
 
     add_serve_parser(sub)  # `starpo serve`: an OpenAI-compatible endpoint
+
+    from starpo.serve.env_command import add_serve_env_parser
+
+    add_serve_env_parser(sub)  # `starpo serve-env`: an env as an OpenEnv server
 
     p = sub.add_parser("view", help="write a static HTML viewer of a run or eval folder")
     p.add_argument("run", metavar="RUN", help="a training run folder or a starpo eval --out folder")

@@ -70,10 +70,15 @@ def play_episodes(
     env = make(env_id, **(env_kwargs or {}))
     policy = make_policy(policy_name, seed=seed_start)
     seeds = range(seed_start, seed_start + num_episodes)
-    return (
-        run_episode(env, policy, seed=seed, env_id=env_id, policy_name=policy_name)
-        for seed in seeds
-    )
+
+    def episodes() -> Iterator[Episode]:
+        try:
+            for seed in seeds:
+                yield run_episode(env, policy, seed=seed, env_id=env_id, policy_name=policy_name)
+        finally:
+            env.close()  # a remote env's session ends with the last episode
+
+    return episodes()
 
 
 def _action_counts(episode: Record) -> tuple[int, int, int]:

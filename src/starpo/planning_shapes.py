@@ -128,7 +128,10 @@ def episode_shape(cfg: Any, tokenizer: Any, env_id: str, env_kwargs: dict) -> Ep
 
     s = cfg.rollout
     env = make(env_id, **env_kwargs)
-    state, _ = env.reset(seed=0)
+    try:
+        state, _ = env.reset(seed=0)
+    finally:
+        env.close()  # the state and the env's prompt text are all this reads
     chat = ChatTokens(tokenizer, prompts.generation_prefix(s.think))
     common = dict(
         actions_left=s.max_actions_per_traj, think=s.think, max_response_words=s.max_response_words

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from starpo.envs import TextEnv, check_env, make, registered_ids
+from starpo.envs import TextEnv, check_env, make, standalone_ids
 from starpo.envs.checker import EnvCheckError
 
 
-@pytest.mark.parametrize("env_id", registered_ids())
+@pytest.mark.parametrize("env_id", standalone_ids())
 def test_every_registered_env_passes_the_checker(env_id: str):
     passed = check_env(make(env_id))
     assert "determinism" in passed and "invalid actions" in passed

@@ -38,8 +38,8 @@ def test_using_every_env_loads_no_torch():
     code = (
         "import sys\n"
         "import numpy as np\n"
-        "from starpo.envs import make, registered_ids, check_env\n"
-        "for env_id in registered_ids():\n"
+        "from starpo.envs import make, standalone_ids, check_env\n"
+        "for env_id in standalone_ids():\n"
         "    env = make(env_id); env.reset(seed=1)\n"
         "    env.step(env.sample_action(np.random.default_rng(0)))\n"
         "    env.optimal_action() if hasattr(env, 'optimal_action') else None\n"

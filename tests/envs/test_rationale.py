@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from starpo.envs import TextEnv, make, registered_ids
+from starpo.envs import TextEnv, make, standalone_ids
 from starpo.envs.bandit import BanditEnv
 from starpo.envs.frozenlake import FrozenLakeEnv
 from starpo.envs.frozenlake_solver import ACTIONS, HOLE, MOVES, transition_matrix, transitions
@@ -22,7 +22,7 @@ from starpo.envs.policies import has_rationale, has_solver
 from starpo.envs.sokoban import SokobanEnv
 from starpo.envs.sokoban_solver import DELTAS
 
-SOLVER_IDS = [i for i in registered_ids() if has_solver(make(i))]
+SOLVER_IDS = [i for i in standalone_ids() if has_solver(make(i))]
 SEEDS = range(30)
 MAX_WORDS = 40
 NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}

@@ -10,9 +10,25 @@ from __future__ import annotations
 
 from starpo.envs.base import TextEnv
 from starpo.envs.checker import check_env
-from starpo.envs.registry import EnvSpec, make, register, registered_ids, spec
+from starpo.envs.registry import (
+    EnvSpec,
+    make,
+    register,
+    registered_ids,
+    spec,
+    standalone_ids,
+)
 
-__all__ = ["EnvSpec", "TextEnv", "check_env", "make", "register", "registered_ids", "spec"]
+__all__ = [
+    "EnvSpec",
+    "TextEnv",
+    "check_env",
+    "make",
+    "register",
+    "registered_ids",
+    "spec",
+    "standalone_ids",
+]
 
 # Built-in ids (constructors are imported lazily, on first `make`).
 register(
@@ -95,4 +111,11 @@ register(
     "starpo.envs.game2048:Game2048Env",
     kwargs={"size": 3, "target": 64, "max_steps": 80},
     description="2048 on a 3x3 board: merge tiles up to 64 within 80 moves.",
+)
+register(
+    "openenv",
+    "starpo.envs.openenv_remote:OpenEnvEnv",
+    description="An OpenEnv environment server, one session per episode "
+    "(env.kwargs.url=http://HOST:PORT; needs starpo[openenv]).",
+    requires={"url": "http://127.0.0.1:8001"},
 )

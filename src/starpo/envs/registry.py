@@ -31,6 +31,8 @@ class EnvSpec:
     entry_point: str | Callable[..., TextEnv]  # "module:attr" or a callable
     kwargs: dict[str, Any] = field(default_factory=dict)
     description: str = ""
+    #: Arguments every `make` must give (an OpenEnv server's url), with an example value.
+    requires: dict[str, str] = field(default_factory=dict)
 
     def load(self) -> Callable[..., TextEnv]:
         """The constructor, importing its module on first use."""
@@ -73,13 +75,19 @@ def register(
     *,
     kwargs: dict[str, Any] | None = None,
     description: str = "",
+    requires: dict[str, str] | None = None,
     overwrite: bool = False,
 ) -> EnvSpec:
-    """Register an env id. Re-registering an id needs `overwrite=True`."""
+    """Register an env id. Re-registering an id needs `overwrite=True`. `requires` names
+    the arguments every `make` must give, each with an example value for the error."""
     if not id or not isinstance(id, str):
         raise UserError(f"env id must be a non-empty string, got {id!r}")
     env_spec = EnvSpec(
-        id=id, entry_point=entry_point, kwargs=dict(kwargs or {}), description=description
+        id=id,
+        entry_point=entry_point,
+        kwargs=dict(kwargs or {}),
+        description=description,
+        requires=dict(requires or {}),
     )
     ENVS.register(id, env_spec, overwrite=overwrite)
     return env_spec
@@ -90,6 +98,12 @@ def registered_ids() -> list[str]:
     return sorted(ENVS)
 
 
+def standalone_ids() -> list[str]:
+    """The ids `make(id)` builds with no arguments, sorted: all but those that need one
+    (an OpenEnv server's url)."""
+    return [id for id in registered_ids() if not spec(id).requires]
+
+
 def spec(id: str) -> EnvSpec:
     """The spec of `id`; an unknown id is a UserError naming the known ids and the closest."""
     return ENVS[id]
@@ -98,6 +112,12 @@ def spec(id: str) -> EnvSpec:
 def make(id: str, **kwargs: Any) -> TextEnv:
     """Build the env registered as `id`; keyword arguments override the spec's defaults."""
     env_spec = spec(id)
+    for name, example in env_spec.requires.items():
+        if name not in kwargs:
+            raise UserError(
+                f"env {id!r} needs {name}: e.g. --env-arg {name}={example} "
+                f"(or env.kwargs.{name}={example} in a training config)"
+            )
     constructor = env_spec.load()
     _check_kwargs(id, constructor, kwargs)
     try:

@@ -22,7 +22,7 @@ from typing import Any
 from starpo.config_episode import RolloutSettings
 from starpo.errors import UserError
 from starpo.rollout import prompts
-from starpo.rollout.engine import RolloutEngine, _Episode
+from starpo.rollout.engine import RolloutEngine, _Episode, close_envs
 from starpo.types import Trajectory
 
 #: Sent as the key when its environment variable is unset (servers without auth).
@@ -124,8 +124,11 @@ class ApiPlayer(RolloutEngine):
                 on_episode(traj)
             return traj
 
-        with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
-            return list(pool.map(play, episodes))
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
+                return list(pool.map(play, episodes))
+        finally:
+            close_envs(episodes, self.settings.env_timeout_s)
 
     def _play(self, episode: _Episode, on_turn: Callable[[int], None] | None) -> None:
         for turn in range(1, self.settings.max_turns + 1):

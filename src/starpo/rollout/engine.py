@@ -86,6 +86,16 @@ def call_env(where: str, call: Callable[[], Any], timeout_s: float) -> Any:
     return outcome["value"]
 
 
+def close_envs(episodes: list[_Episode], timeout_s: float) -> None:
+    """Close every episode's env once its episode is over (a remote env ends its server
+    session here); a close that raises or hangs is ignored: the episode is already played."""
+    for episode in episodes:
+        try:
+            call_env("close", episode.env.close, timeout_s)
+        except EnvFault:
+            pass
+
+
 def _keyed(env: TextEnv, call: Callable[[], Any]) -> tuple[Any, str]:
     """`call()` (the env's reset or step) and the digest of the env's state key after it,
     in one env call: a plugin env's state_key runs under the same timeout."""
@@ -149,6 +159,14 @@ class RolloutEngine:
     ) -> list[Trajectory]:
         """Play `group_size` episodes from each seed (one env group per seed)."""
         episodes = self._start(env_id, seeds, group_size, env_kwargs or {})
+        try:
+            return self._play_turns(episodes, on_turn)
+        finally:
+            close_envs(episodes, self.settings.env_timeout_s)
+
+    def _play_turns(
+        self, episodes: list[_Episode], on_turn: Callable[[int], None] | None
+    ) -> list[Trajectory]:
         self.backend.reset()
         for turn in range(1, self.settings.max_turns + 1):
             active = [e for e in episodes if not e.finished]

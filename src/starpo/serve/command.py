@@ -40,11 +40,11 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--served-name", default=None, help="model id clients send (default: --model's value)"
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=_port, default=8000, help="port (default 8000)")
+    p.add_argument("--port", type=port_number, default=8000, help="port (default 8000)")
     add_decode_flags(p)
     p.add_argument(
         "--max-batch",
-        type=_positive,
+        type=positive_int,
         default=8,
         help="most requests generated together in one batch (default 8)",
     )
@@ -92,14 +92,14 @@ def load_app(
     )
 
 
-def _port(text: str) -> int:
+def port_number(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"a port is 0..65535, got {value}")
     return value
 
 
-def _positive(text: str) -> int:
+def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")

@@ -1,0 +1,76 @@
+"""`starpo serve-env`: a registered env as an OpenEnv environment server (wired into
+`starpo.cli`). The parser imports neither openenv-core nor FastAPI; the command does."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from starpo.errors import UserError
+from starpo.serve.command import port_number, positive_int
+
+DESCRIPTION = """\
+Serve a starpo env (any registered id) as an OpenEnv environment server, so OpenEnv clients
+and the trainers that use them (TRL, SkyRL, ...) can play it: sessions on /ws (one game
+each), openenv-core's /reset, /step, /state, /schema, /metadata and /health, and GET
+/sessions. Listens on 127.0.0.1 by default. Needs the openenv extra."""
+
+MISSING_EXTRA = "starpo serve-env needs the openenv extra: pip install 'starpo[openenv]'"
+
+
+def add_serve_env_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the `serve-env` command to `starpo`'s subparsers; returns its parser."""
+    p = subparsers.add_parser(
+        "serve-env",
+        help="serve an env as an OpenEnv environment server",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("env_id", help="a registered env id (see `starpo envs`)")
+    p.add_argument(
+        "--env-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="env constructor argument KEY=VALUE (repeatable), e.g. size=6",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=port_number, default=8001, help="port (default 8001)")
+    p.add_argument(
+        "--max-sessions",
+        type=positive_int,
+        default=64,
+        help="most sessions (games) at once; one more is refused (default 64)",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="end a session idle this long (default 600; 0 = never)",
+    )
+    p.set_defaults(func=cmd_serve_env)
+    return p
+
+
+def cmd_serve_env(args: argparse.Namespace) -> int:
+    from starpo.cli_args import parse_env_args
+
+    if not args.idle_timeout >= 0:  # also refuses nan
+        raise UserError(f"--idle-timeout must be 0 or more seconds, got {args.idle_timeout}")
+    env_kwargs = parse_env_args(args.env_arg)
+    try:
+        import uvicorn
+
+        from starpo.serve.env_server import build_env_app
+    except ImportError:
+        raise UserError(MISSING_EXTRA) from None
+    app = build_env_app(
+        args.env_id,
+        env_kwargs,
+        max_sessions=args.max_sessions,
+        idle_timeout_s=args.idle_timeout or None,
+    )
+    print(f"serving env {args.env_id} (OpenEnv) on http://{args.host}:{args.port}", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    return 0
