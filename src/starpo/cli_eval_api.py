@@ -3,13 +3,17 @@ seeds with the rollout engine's prompts, parser and rewards (`starpo.rollout.api
 
 Each finished episode is appended to trajectories.jsonl as it ends, so `--resume` on an
 interrupted run's folder plays only the seeds it lacks (episodes that failed on the API
-are played again); the summary covers them all. The API key is read only from the
-environment variable `--api-key-env` names, and never printed or written.
+are played again); the summary covers them all. What the episodes are played with (env,
+its arguments, model, rollout settings, prefill) is written to eval_run.json first, and
+`--resume` refuses a folder whose episodes were played with anything else. The API key is
+read only from the environment variable `--api-key-env` names, and never printed or
+written.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import threading
 from dataclasses import asdict
@@ -18,6 +22,7 @@ from typing import Any
 
 from starpo.cli_args import MAX_EPISODES, check_seed, parse_env_args
 from starpo.errors import UserError
+from starpo.runs import EVAL_TRAJECTORIES_FILE
 
 
 def add_api_eval_args(p: argparse.ArgumentParser) -> None:
@@ -65,8 +70,6 @@ def add_api_eval_args(p: argparse.ArgumentParser) -> None:
 def _check_args(args: argparse.Namespace) -> None:
     if not args.base_url:
         raise UserError("--policy api needs --base-url (e.g. http://127.0.0.1:8000/v1)")
-    if args.samples_per_seed != 1:
-        raise UserError("--samples-per-seed is for --policy model; --policy api plays one a seed")
     if args.concurrency < 1:
         raise UserError(f"--concurrency must be >= 1, got {args.concurrency}")
     if not args.request_timeout > 0:
@@ -75,12 +78,12 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UserError(f"--max-retries must be >= 0, got {args.max_retries}")
 
 
-def _finished(path: Path, env_id: str, seeds: range) -> dict[int, Any]:
+def _finished(path: Path, env_id: str, seeds: range, samples: int) -> dict[int, list[Any]]:
     """The episodes of an interrupted run worth keeping, by seed: this env's, on these
-    seeds, whole lines only, not ended by an API failure."""
+    seeds, whole lines only, not ended by an API failure, at most `samples` a seed."""
     from starpo.types import Trajectory
 
-    kept: dict[int, Any] = {}
+    kept: dict[int, list[Any]] = {}
     if not path.exists():
         return kept
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -90,8 +93,36 @@ def _finished(path: Path, env_id: str, seeds: range) -> dict[int, Any]:
             continue  # a line cut by the interruption, or another policy's record
         if traj.env_id == env_id and traj.seed in seeds:
             if not (traj.error or "").startswith("api:"):
-                kept[traj.seed] = traj
-    return kept
+                kept.setdefault(traj.seed, []).append(traj)
+    return {seed: episodes[:samples] for seed, episodes in kept.items()}
+
+
+def check_same_run(path: Path, played_with: dict[str, Any]) -> None:
+    """A UserError when the run in `path`'s folder played its episodes with other settings
+    than `played_with` (episodes of two setups must not be summarised as one), or when the
+    folder has episodes but no record of how they were played."""
+    if not path.exists():
+        if (path.parent / EVAL_TRAJECTORIES_FILE).exists():
+            raise UserError(
+                f"--resume: {path.parent} has episodes but no {path.name} saying how they "
+                "were played; run without --resume (to play them all again) or use a new --out"
+            )
+        return
+    try:
+        before = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"--resume: cannot read {path} ({exc}); use a new --out") from None
+    changed = sorted(k for k in played_with if before.get(k) != _json_roundtrip(played_with[k]))
+    if changed:
+        raise UserError(
+            f"--resume: {path.parent}'s episodes were played with another {', '.join(changed)}; "
+            "resume with the same flags, or use a new --out"
+        )
+
+
+def _json_roundtrip(value: Any) -> Any:
+    """`value` as it reads back from JSON (tuples become lists)."""
+    return json.loads(json.dumps(value))
 
 
 def cmd_eval_api(args: argparse.Namespace) -> int:
@@ -120,12 +151,25 @@ def cmd_eval_api(args: argparse.Namespace) -> int:
     model = check_server(client, args.api_model, key_env=args.api_key_env)  # before any episode
     seeds = range(args.seed_start, args.seed_start + args.episodes)
     path = out / runs.EVAL_TRAJECTORIES_FILE
-    done = _finished(path, args.env, seeds) if args.resume else {}
+    played_with = {
+        "env": args.env,
+        "env_kwargs": env_kwargs,
+        "model": model,
+        "settings": asdict(settings),
+        "api_prefill": args.api_prefill,
+    }
+    if args.resume:
+        check_same_run(out / runs.EVAL_RUN_FILE, played_with)
+    samples = args.samples_per_seed
+    done = _finished(path, args.env, seeds, samples) if args.resume else {}
+    kept = [t for episodes in done.values() for t in episodes]
     out.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(t.to_json() + "\n" for t in done.values()), encoding="utf-8")
-    todo = [seed for seed in seeds if seed not in done]
+    (out / runs.EVAL_RUN_FILE).write_text(json.dumps(played_with, indent=1), encoding="utf-8")
+    path.write_text("".join(t.to_json() + "\n" for t in kept), encoding="utf-8")
+    # One episode a sample; with temperature > 0 each request samples its own reply.
+    todo = [seed for seed in seeds for _ in range(samples - len(done.get(seed, [])))]
     if not args.quiet:
-        resumed = f", {len(done)} episodes kept from before" if done else ""
+        resumed = f", {len(kept)} episodes kept from before" if kept else ""
         print(
             f"eval {args.env} with {model} at {args.base_url}: {_mode(asdict(settings))}{resumed}"
         )
@@ -144,7 +188,7 @@ def cmd_eval_api(args: argparse.Namespace) -> int:
                 bar.update(1)
 
         played = player.run(args.env, todo, 1, env_kwargs=env_kwargs, on_episode=finished)
-    episodes = sorted([*done.values(), *played], key=lambda t: t.seed)
+    episodes = sorted([*kept, *played], key=lambda t: t.seed)
     summary = {
         "env": args.env,
         "policy": "api",
@@ -154,7 +198,8 @@ def cmd_eval_api(args: argparse.Namespace) -> int:
         "settings": asdict(settings),
         **summarise(episodes),
         **_api_totals(episodes),
-        "resumed_episodes": len(done),
+        "samples_per_seed": samples,
+        "resumed_episodes": len(kept),
     }
     write_results(out, episodes, summary)
     print(format_summary(summary))

@@ -59,6 +59,7 @@ WANDB_ID_FILE = "wandb_id.txt"
 EVAL_TRAJECTORIES_FILE = "trajectories.jsonl"
 SFT_DATA_FILE = "sft_data.jsonl"  # `starpo sft --out DIR`: the replayed examples
 SUMMARY_FILE = "summary.json"
+EVAL_RUN_FILE = "eval_run.json"  # `starpo eval --policy api`: what its episodes were played with
 VIEWER_FILE = "viewer.html"
 REPORT_DIR = "report"
 

@@ -127,10 +127,12 @@ class FakeApi(BaseHTTPRequestHandler):
             state["requests"] += 1
             fail = state["fail"] > 0
             state["fail"] -= 1
+            replies = state["reply"]  # one reply, or a list: request i gets item i
+            reply = replies if isinstance(replies, str) else replies[state["requests"] - 1]
         if fail:
             self._send(500, {"error": {"message": "overloaded", "type": "server_error"}})
             return
-        message = {"role": "assistant", "content": state["reply"]}
+        message = {"role": "assistant", "content": reply}
         self._send(
             200,
             {
@@ -270,3 +272,52 @@ def test_serve_refuses_a_continuation_without_a_final_assistant_message(served):
         urllib.request.urlopen(request, timeout=WAIT_S)
     assert info.value.code == 400
     assert json.loads(info.value.read())["error"]["param"] == "continue_final_message"
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (("--api-model", "m2"), "model"),
+        (("--max-new-tokens", "64"), "settings"),
+        (("--api-prefill",), "api_prefill"),
+        (("--env-arg", "high_risk_prob=0.5"), "env_kwargs"),
+    ],
+)
+def test_resume_refuses_episodes_played_with_other_settings(fake, tmp_path, capsys, flags, named):
+    fake.state["models"] = ["m1", "m2"]
+    out = tmp_path / "o"
+    assert run_eval(fake, out, "--episodes", "1", "--api-model", "m1") == 0
+    before = (out / "trajectories.jsonl").read_text()
+    args = ("--episodes", "2", "--resume", "--api-model", "m1", *flags)
+    assert run_eval(fake, out, *args) == 2
+    err = capsys.readouterr().err
+    assert f"played with another {named}" in err and "use a new --out" in err
+    assert (out / "trajectories.jsonl").read_text() == before  # nothing lost
+    assert fake.state["requests"] == 1  # nothing played
+
+
+def test_resume_refuses_a_folder_without_its_record(fake, tmp_path, capsys):
+    out = tmp_path / "o"
+    assert run_eval(fake, out, "--episodes", "1") == 0
+    (out / "eval_run.json").unlink()
+    assert run_eval(fake, out, "--episodes", "2", "--resume") == 2
+    assert "has episodes but no eval_run.json" in capsys.readouterr().err
+
+
+def test_samples_per_seed_give_pass_at_k_and_resume_tops_up_each_seed(fake, tmp_path):
+    """One request at a time: the first run's two seeds get Dragon (wins) and Phoenix, the
+    resumed run's second samples Phoenix and Dragon: each seed has one win in two."""
+    dragon, phoenix = (f"<think>go</think><answer>{arm}</answer>" for arm in ("Dragon", "Phoenix"))
+    fake.state["reply"] = [dragon, phoenix, phoenix, dragon]
+    out = tmp_path / "o"
+    flags = ("--env-arg", "high_risk_prob=1.0", "--concurrency", "1", "--samples-per-seed")
+    assert run_eval(fake, out, "--episodes", "2", *flags, "1") == 0
+    assert run_eval(fake, out, "--episodes", "2", *flags, "2", "--resume") == 0
+    assert fake.state["requests"] == 4  # 2 kept, 2 played: one more sample a seed
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["num_episodes"] == 4 and summary["samples_per_seed"] == 2
+    assert summary["pass@1"] == 0.5 and summary["pass@2"] == 1.0
+    seeds = [
+        json.loads(line)["seed"] for line in (out / "trajectories.jsonl").read_text().splitlines()
+    ]
+    assert sorted(seeds) == [seeds[0], seeds[0], seeds[0] + 1, seeds[0] + 1]
