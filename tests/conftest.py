@@ -1,9 +1,11 @@
 """Shared fixtures.
 
-The test session gets its own STARPO_CACHE (a session temp folder), so tests never read or
-write the user's ~/.cache/starpo. Nothing heavy happens at start-up: the first test that
-needs the default model or its tokenizer (`default_model`, `tiny_random_model()`,
-`load_tokenizer()`) converts the embedded GGUF into that folder, once per session (~20 s).
+The test session gets its own STARPO_CACHE (a temp folder, shared by the pytest-xdist
+workers of one run), so tests never read or write the user's ~/.cache/starpo. Nothing
+heavy happens at start-up: the first test that needs the default model or its tokenizer
+(`default_model`, `tiny_random_model()`, `load_tokenizer()`) converts the embedded GGUF
+into that folder, once per run (~20 s; the other workers wait for it, see
+`models.embedded.ensure_default_model`).
 """
 
 from __future__ import annotations
@@ -57,8 +59,14 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session", autouse=True)
 def starpo_cache(tmp_path_factory):
-    """Point STARPO_CACHE at a per-session temp folder for the whole session."""
-    root = tmp_path_factory.mktemp("starpo_cache")
+    """Point STARPO_CACHE at a temp folder for the whole session: one for the run, shared
+    by its xdist workers (their base temp folders are siblings), so the default model is
+    converted once per run, not once per worker."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = tmp_path_factory.getbasetemp().parent / "starpo_cache"
+        root.mkdir(exist_ok=True)
+    else:
+        root = tmp_path_factory.mktemp("starpo_cache")
     # STARPO_CPU_BF16=0: tests see a CPU without native bf16, so rollout.dtype=auto means
     # fp32 on every machine (CI's CPU may differ from a laptop's), subprocesses included;
     # tests of bf16 rollouts ask for them.

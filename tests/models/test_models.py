@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -424,3 +425,27 @@ def test_tiny_model_rejects_bad_head_counts():
 def test_default_model_name_needs_no_network(default_model, no_network):
     model, _ = load_model(DEFAULT_MODEL.upper())
     assert not model.training
+
+
+def test_processes_starting_together_convert_the_default_model_once(tmp_path, monkeypatch):
+    """Four callers at once (threads here; processes take the same file lock): one
+    converts, the others wait for it and find the folder complete."""
+    import threading
+
+    from starpo.models import embedded
+
+    monkeypatch.setenv("STARPO_CACHE", str(tmp_path))
+    converted: list[Path] = []
+
+    def slow_convert(target: Path) -> None:
+        time.sleep(0.3)  # long enough for every caller to arrive while it runs
+        converted.append(target)
+
+    monkeypatch.setattr(embedded, "convert_default_model", slow_convert)
+    monkeypatch.setattr(embedded, "is_complete", lambda folder: folder in converted)
+    callers = [threading.Thread(target=embedded.ensure_default_model) for _ in range(4)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join(30)
+    assert converted == [tmp_path / "models" / DEFAULT_MODEL]

@@ -24,6 +24,8 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -101,11 +103,36 @@ def is_complete(folder: Path) -> bool:
 
 
 def ensure_default_model() -> Path:
-    """The folder of the converted default model, converting the GGUF file on first use."""
+    """The folder of the converted default model, converting the GGUF file on first use.
+
+    Processes that start together (Ray workers, test workers, two commands) convert it once:
+    the first takes a lock beside the folder, the others wait for it and read its result.
+    """
     target = default_model_dir()
     if not is_complete(target):
-        convert_default_model(target)
+        with _conversion_lock(cache_root() / "locks" / f"{target.name}.lock"):
+            if not is_complete(target):  # another process may have finished meanwhile
+                convert_default_model(target)
     return target
+
+
+@contextmanager
+def _conversion_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on the file `path` for the block (POSIX `flock`; released by the
+    OS if the process dies). Where `fcntl` does not exist, no lock: concurrent conversions
+    are still safe, each renames a complete folder into place."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def read_gguf_tokenizer(gguf_path: Path) -> PreTrainedTokenizerBase:
