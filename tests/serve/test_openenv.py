@@ -1,10 +1,12 @@
 """OpenEnv both ways, with real servers on 127.0.0.1: starpo envs served by openenv-core's
 server (`starpo serve-env`) and played by openenv-core's own client; and OpenEnv servers
 played as starpo's env id `openenv` by the rollout engine (tests/trainer/test_openenv_train.py
-trains on one written with openenv-core). Every wait is bounded."""
+trains on one written with openenv-core). Every wait is bounded. openenv-core is imported
+by the tests, not at collection: importing it takes seconds, on every pytest worker."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -13,19 +15,24 @@ from typing import Any
 
 import numpy as np
 import pytest
+import requests
+from serving import WAIT_S, free_port, running
 
-pytest.importorskip("openenv.core")
+from starpo.cli import main
+from starpo.config_episode import RolloutSettings
+from starpo.envs import make
+from starpo.rollout.engine import RolloutEngine
+from starpo.rollout.hf_backend import HFBackend
 
-import requests  # noqa: E402
-from openenv.core import GenericEnvClient  # noqa: E402
-from serving import WAIT_S, free_port, running  # noqa: E402
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("openenv") is None, reason="needs starpo[openenv]"
+)
 
-from starpo.cli import main  # noqa: E402
-from starpo.config_episode import RolloutSettings  # noqa: E402
-from starpo.envs import make  # noqa: E402
-from starpo.rollout.engine import RolloutEngine  # noqa: E402
-from starpo.rollout.hf_backend import HFBackend  # noqa: E402
-from starpo.serve.env_server import build_env_app  # noqa: E402
+
+def build_env_app(*args, **kwargs):
+    from starpo.serve.env_server import build_env_app
+
+    return build_env_app(*args, **kwargs)
 
 
 def wait_until(condition, what: str) -> None:
@@ -39,8 +46,11 @@ def active_sessions(url: str) -> int:
     return requests.get(f"{url}/sessions", timeout=WAIT_S).json()["active"]
 
 
-def client(url: str):
-    return GenericEnvClient(base_url=url, message_timeout_s=WAIT_S).sync().connect()
+def client(url: str, connect: bool = True):
+    from openenv.core import GenericEnvClient
+
+    session = GenericEnvClient(base_url=url, message_timeout_s=WAIT_S).sync()
+    return session.connect() if connect else session
 
 
 # ----------------------------------------------------------- starpo envs, served
@@ -96,7 +106,7 @@ def test_sessions_are_isolated_bounded_and_closed_on_disconnect():
                 if not local.done:
                     assert remote.step({"action": move}).observation["text"] == local.step(move)[0]
         assert active_sessions(url) == 2
-        third = GenericEnvClient(base_url=url, message_timeout_s=WAIT_S).sync()
+        third = client(url, connect=False)
         with pytest.raises(Exception):  # noqa: B017 - refused: at capacity
             third.connect()
             third.reset(seed=3)
