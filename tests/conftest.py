@@ -40,21 +40,34 @@ def _keep_torch_threads():
 #: local clusters never run at once on the machine.
 RAY_MODULES = {
     "tests/distributed/test_rollout_workers.py",
+    "tests/trainer/test_openenv_train.py",
     "tests/trainer/test_plugins.py",
     "tests/trainer/test_train_learners.py",
     "tests/trainer/test_train_workers.py",
 }
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+@pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
     """Groups for `pytest -n N --dist loadgroup` (how `make test` runs): each test file
     runs whole on one worker, so module fixtures (a trained run, a Ray cluster) are built
-    once, and the Ray files share one worker. Without xdist the marks change nothing."""
+    once, and the Ray files share one worker. Without xdist the marks change nothing.
+
+    A wrapper: it marks before every other implementation runs (xdist's reads the marks),
+    and checks after them that xdist did group: with pytest 9, xdist 3.8 writes the group
+    into a field pytest no longer reads, and the groups were silently ignored (one file's
+    tests on both workers, two Ray clusters at once), hence pyproject's pytest<9."""
     for item in items:
         path = item.nodeid.split("::")[0]
         group = "ray" if path in RAY_MODULES else path
         item.add_marker(pytest.mark.xdist_group(group))
+    result = yield
+    if getattr(config.option, "loadgroup", False) and items and "@" not in items[0].nodeid:
+        raise pytest.UsageError(
+            "pytest-xdist's --dist loadgroup is not grouping tests with this pytest "
+            f"({pytest.__version__}); install the versions pyproject.toml names"
+        )
+    return result
 
 
 @pytest.fixture(scope="session", autouse=True)
