@@ -95,6 +95,7 @@ os._exit(0)  # no close message, no closing handshake: the OS drops the socket
 """
 
 
+@pytest.mark.slow  # a client process that imports openenv-core (seconds) and is killed
 def test_sessions_are_isolated_bounded_and_closed_on_disconnect():
     with running(build_env_app("sokoban", max_sessions=2)) as url:
         first, second = client(url), client(url)
@@ -125,6 +126,7 @@ def test_sessions_are_isolated_bounded_and_closed_on_disconnect():
         fourth.close()
 
 
+@pytest.mark.slow  # openenv-core's reaper looks every 5 s at the soonest
 def test_idle_sessions_are_reaped():
     with running(build_env_app("bandit", idle_timeout_s=0.5)) as url:
         idle = client(url)
