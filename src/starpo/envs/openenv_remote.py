@@ -135,7 +135,13 @@ class OpenEnvEnv(TextEnv):
         except UserError:
             raise
         except Exception as exc:
-            raise RemoteEnvError(f"OpenEnv server {self.url}: {type(exc).__name__}: {exc}") from exc
+            # A session refused at capacity is closed by the server, sometimes before its
+            # CAPACITY_REACHED message is read: say what a closed session may mean.
+            closed = type(exc).__name__.startswith("ConnectionClosed")
+            hint = " (the server ended the session: at its session limit, or stopped?)"
+            raise RemoteEnvError(
+                f"OpenEnv server {self.url}: {type(exc).__name__}: {exc}{hint if closed else ''}"
+            ) from exc
 
     def close(self) -> None:
         """End the server session (the server then closes its game)."""

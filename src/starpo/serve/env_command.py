@@ -39,8 +39,10 @@ def add_serve_env_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--max-sessions",
         type=positive_int,
-        default=64,
-        help="most sessions (games) at once; one more is refused (default 64)",
+        default=256,
+        help="most sessions (games) at once; one more is refused (default 256). starpo "
+        "plays every episode of a rollout at once: allow a step's episodes "
+        "(rollout.num_groups x rollout.group_size) and trainer.val_batch_size",
     )
     p.add_argument(
         "--idle-timeout",

@@ -125,7 +125,7 @@ def build_env_app(
     env_id: str,
     env_kwargs: dict[str, Any] | None = None,
     *,
-    max_sessions: int = 64,
+    max_sessions: int = 256,
     idle_timeout_s: float | None = None,
 ) -> FastAPI:
     """openenv-core's server for `env_id`, plus GET /sessions (active and maximum sessions);
