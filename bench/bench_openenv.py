@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-START_TIMEOUT_S = 60.0
+# The tests' server-in-a-thread helper (uvicorn on 127.0.0.1, bounded waits).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "serve"))
+from serving import running  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
@@ -65,29 +65,16 @@ def timed(episodes, concurrency: int, make_env) -> tuple[list, float, int]:
 def main() -> None:
     args = parse_args()
     import torch
-    import uvicorn
 
     from starpo.envs import make
     from starpo.serve.env_server import build_env_app
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "serve"))
-    from serving import free_port
-
-    port = free_port()
     app = build_env_app(args.env, max_sessions=max(args.concurrency, 1))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    threading.Thread(target=server.run, daemon=True).start()
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise SystemExit("the env server did not start")
-        time.sleep(0.02)
-    url = f"http://127.0.0.1:{port}"
     seeds = list(range(args.episodes))
-    local, local_s, calls = timed(seeds, 1, lambda: make(args.env))
-    remote, remote_s, _ = timed(seeds, 1, lambda: make("openenv", url=url))
-    many, many_s, _ = timed(seeds, args.concurrency, lambda: make("openenv", url=url))
-    server.should_exit = True
+    with running(app) as url:
+        local, local_s, calls = timed(seeds, 1, lambda: make(args.env))
+        remote, remote_s, _ = timed(seeds, 1, lambda: make("openenv", url=url))
+        many, many_s, _ = timed(seeds, args.concurrency, lambda: make("openenv", url=url))
     print(f"env {args.env}: {args.episodes} random episodes, {calls} env calls (resets + steps)")
     print(f"cpu capability: {torch.backends.cpu.get_cpu_capability()}")
     rows = [("local", local_s), ("openenv, 1 at a time", remote_s)]

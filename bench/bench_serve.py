@@ -13,14 +13,15 @@ served them, and the CPU capability torch dispatches to. Every wait is bounded.
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+# The tests' server-in-a-thread helper (uvicorn on 127.0.0.1, bounded waits).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "serve"))
+from serving import running  # noqa: E402
 
 START_TIMEOUT_S = 300.0
 REQUEST_TIMEOUT_S = 300.0
@@ -44,12 +45,6 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class Counting:
     """Counts the backend's generate calls (the batches)."""
 
@@ -65,9 +60,7 @@ class Counting:
 
 
 def main() -> int:
-    import openai
     import torch
-    import uvicorn
 
     from starpo.serve.command import load_app
 
@@ -77,22 +70,22 @@ def main() -> int:
     batcher = app.state.batcher
     batcher.backend = counting = Counting(batcher.backend)  # the worker reads it per call
     print(f"loaded {args.model} in {time.perf_counter() - loaded:.1f}s")
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            print("the server did not start")
-            return 1
-        time.sleep(0.05)
-    client = openai.OpenAI(
-        base_url=f"http://127.0.0.1:{port}/v1",
-        api_key="x",
-        timeout=REQUEST_TIMEOUT_S,
-        max_retries=0,
+    with running(app, wait_s=START_TIMEOUT_S) as url:
+        total, tokens, failures, seconds, calls = run_load(args, f"{url}/v1", counting)
+    report(args, total, tokens, failures, seconds, calls)
+    print(
+        f"cpu capability: {torch.backends.cpu.get_cpu_capability()}, threads: "
+        f"{torch.get_num_threads()}"
     )
+    return 0 if failures == 0 and len(tokens) == total else 1
+
+
+def run_load(args, base_url: str, counting: Counting) -> tuple[int, list[int], int, float, int]:
+    """The fixed load against `base_url`: (requests, completion tokens of each answered
+    one, requests lost, seconds, batched generate calls)."""
+    import openai
+
+    client = openai.OpenAI(base_url=base_url, api_key="x", timeout=REQUEST_TIMEOUT_S, max_retries=0)
 
     def one(index: int) -> int:
         reply = client.chat.completions.create(
@@ -120,14 +113,7 @@ def main() -> int:
                 failures += args.requests
                 print(f"client failed: {type(exc).__name__}: {exc}")
     seconds = time.perf_counter() - started
-    server.should_exit = True
-    thread.join(30)
-    report(args, total, tokens, failures, seconds, counting.calls - calls_before)
-    print(
-        f"cpu capability: {torch.backends.cpu.get_cpu_capability()}, threads: "
-        f"{torch.get_num_threads()}"
-    )
-    return 0 if failures == 0 and len(tokens) == total else 1
+    return total, tokens, failures, seconds, counting.calls - calls_before
 
 
 def report(args, total, tokens, failures, seconds, calls) -> None:

@@ -21,13 +21,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def running(app) -> Iterator[str]:
-    """`app` served until the block ends: its base address, http://127.0.0.1:PORT."""
+def running(app, wait_s: float = WAIT_S) -> Iterator[str]:
+    """`app` served until the block ends: its base address, http://127.0.0.1:PORT. It must
+    start within `wait_s`."""
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + WAIT_S
+    deadline = time.monotonic() + wait_s
     while not server.started:
         assert time.monotonic() < deadline, "the server did not start"
         time.sleep(0.02)

@@ -29,13 +29,6 @@ KEY = "sk-test-secret-4242"
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    from starpo.models import tiny_random_model
-
-    return tiny_random_model(seed=0)
-
-
-@pytest.fixture(scope="module")
 def served(tiny):
     """`starpo serve`'s app over the tiny model, in a thread: its base URL."""
     model, tokenizer = tiny

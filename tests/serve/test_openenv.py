@@ -146,13 +146,6 @@ def test_serve_env_bad_input_is_one_line(capsys):
 
 
 # ------------------------------------------------------ OpenEnv servers, consumed
-@pytest.fixture(scope="module")
-def tiny():
-    from starpo.models import tiny_random_model
-
-    return tiny_random_model(seed=0)
-
-
 def engine_for(tiny, max_turns: int) -> RolloutEngine:
     model, tokenizer = tiny
     settings = RolloutSettings(

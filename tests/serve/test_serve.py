@@ -55,15 +55,8 @@ class CountingBackend:
 
 
 @pytest.fixture(scope="module")
-def model_and_tokenizer():
-    from starpo.models import tiny_random_model
-
-    return tiny_random_model(seed=0)
-
-
-@pytest.fixture(scope="module")
-def server(model_and_tokenizer):
-    model, tokenizer = model_and_tokenizer
+def server(tiny):
+    model, tokenizer = tiny
     backend = CountingBackend(HFBackend(model, pad_token_id=tokenizer.pad_token_id))
     app = build_app(backend, tokenizer, NAME, context_length=CONTEXT, max_batch=8)
     with running(app) as url:
@@ -83,11 +76,11 @@ def ask(client, text: str = "Say hi.", **kwargs):
     )
 
 
-def direct(model_and_tokenizer, text: str, max_tokens: int) -> list[int]:
+def direct(tiny, text: str, max_tokens: int) -> list[int]:
     """What a fresh backend generates greedily for the chat-template prompt."""
     from starpo.models import stop_token_ids
 
-    model, tokenizer = model_and_tokenizer
+    model, tokenizer = tiny
     prompt = tokenizer.apply_chat_template(
         [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
     )
@@ -112,24 +105,24 @@ def test_models_lists_the_served_name(client):
     assert [m.id for m in client.models.list().data] == [NAME]
 
 
-def test_greedy_reply_is_what_the_backend_generates(client, model_and_tokenizer):
-    tokenizer = model_and_tokenizer[1]
+def test_greedy_reply_is_what_the_backend_generates(client, tiny):
+    tokenizer = tiny[1]
     reply = ask(client, max_tokens=10)
-    expected = direct(model_and_tokenizer, "Say hi.", 10)
+    expected = direct(tiny, "Say hi.", 10)
     assert reply.choices[0].message.content == tokenizer.decode(expected, skip_special_tokens=True)
     assert reply.choices[0].message.role == "assistant"
     assert reply.model == NAME
 
 
-def test_usage_counts_prompt_and_completion_tokens(client, model_and_tokenizer):
-    tokenizer = model_and_tokenizer[1]
+def test_usage_counts_prompt_and_completion_tokens(client, tiny):
+    tokenizer = tiny[1]
     reply = ask(client, max_tokens=7)
     prompt = tokenizer.apply_chat_template(
         [{"role": "user", "content": "Say hi."}], tokenize=False, add_generation_prompt=True
     )
     prompt_tokens = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
     assert reply.usage.prompt_tokens == prompt_tokens
-    assert reply.usage.completion_tokens == len(direct(model_and_tokenizer, "Say hi.", 7))
+    assert reply.usage.completion_tokens == len(direct(tiny, "Say hi.", 7))
     assert reply.usage.total_tokens == prompt_tokens + reply.usage.completion_tokens
 
 
