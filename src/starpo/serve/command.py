@@ -39,8 +39,7 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--served-name", default=None, help="model id clients send (default: --model's value)"
     )
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=port_number, default=8000, help="port (default 8000)")
+    add_address_flags(p, port=8000)
     add_decode_flags(p)
     p.add_argument(
         "--max-batch",
@@ -55,7 +54,7 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         import fastapi  # noqa: F401
-        import uvicorn
+        import uvicorn  # noqa: F401
     except ImportError:
         raise UserError(MISSING_EXTRA) from None
     app = load_app(
@@ -66,9 +65,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         max_batch=args.max_batch,
     )
-    print(f"serving {args.model} on http://{args.host}:{args.port}/v1", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
-    return 0
+    return serve_until_stopped(app, args, what=args.model, path="/v1")
 
 
 def load_app(
@@ -90,6 +87,21 @@ def load_app(
     return build_app(
         generator, tokenizer, served_name or model, context_length=context, max_batch=max_batch
     )
+
+
+def add_address_flags(p: argparse.ArgumentParser, *, port: int) -> None:
+    """A server command's --host (127.0.0.1 unless told) and --port."""
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=port_number, default=port, help=f"port (default {port})")
+
+
+def serve_until_stopped(app: Any, args: argparse.Namespace, *, what: str, path: str = "") -> int:
+    """Serve `app` on --host and --port with uvicorn until interrupted, having said where."""
+    import uvicorn
+
+    print(f"serving {what} on http://{args.host}:{args.port}{path}", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    return 0
 
 
 def port_number(text: str) -> int:

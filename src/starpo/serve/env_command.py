@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from starpo.errors import UserError
-from starpo.serve.command import port_number, positive_int
+from starpo.serve.command import add_address_flags, positive_int, serve_until_stopped
 
 DESCRIPTION = """\
 Serve a starpo env (any registered id) as an OpenEnv environment server, so OpenEnv clients
@@ -34,8 +34,7 @@ def add_serve_env_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="env constructor argument KEY=VALUE (repeatable), e.g. size=6",
     )
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=port_number, default=8001, help="port (default 8001)")
+    add_address_flags(p, port=8001)
     p.add_argument(
         "--max-sessions",
         type=positive_int,
@@ -62,7 +61,7 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
         raise UserError(f"--idle-timeout must be 0 or more seconds, got {args.idle_timeout}")
     env_kwargs = parse_env_args(args.env_arg)
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401
 
         from starpo.serve.env_server import build_env_app
     except ImportError:
@@ -73,6 +72,4 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
         max_sessions=args.max_sessions,
         idle_timeout_s=args.idle_timeout or None,
     )
-    print(f"serving env {args.env_id} (OpenEnv) on http://{args.host}:{args.port}", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
-    return 0
+    return serve_until_stopped(app, args, what=f"env {args.env_id} (OpenEnv)")
