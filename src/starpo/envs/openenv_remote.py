@@ -113,7 +113,6 @@ class OpenEnvEnv(TextEnv):
         self._client: Any = None
         self._text = ""
         self._success = False
-        self._reward = 0.0
         self._seed: int | None = None
 
     # ------------------------------------------------------------------ the session
@@ -161,7 +160,7 @@ class OpenEnvEnv(TextEnv):
         if self._seed is not None:
             args["seed"] = self._seed
         result = self._remote("reset", **args)
-        self._read(result.observation, result.reward, done=bool(result.done))
+        self._read(result.observation, float(result.reward or 0.0), done=bool(result.done))
         budget = result.observation.get("steps_left")
         if isinstance(budget, int) and not isinstance(budget, bool) and budget > 0:
             self.max_steps = budget  # the server's own budget (a starpo env's), when it says
@@ -183,25 +182,25 @@ class OpenEnvEnv(TextEnv):
     def _step(self, action: Any) -> tuple[float, bool, bool, dict[str, Any]]:
         result = self._remote("step", {self.action_key: action})
         observation = result.observation
-        self._read(observation, result.reward, done=bool(result.done))
+        reward = float(result.reward or 0.0)
+        self._read(observation, reward, done=bool(result.done))
         extra = {
             "remote_invalid": observation.get("action_is_valid", True) is False,
             "remote_truncated": bool(result.done) and bool(observation.get("truncated", False)),
         }
         effective = bool(observation.get("action_is_effective", True))
-        return self._reward, bool(result.done), effective, extra
+        return reward, bool(result.done), effective, extra
 
-    def _read(self, observation: Any, reward: Any, *, done: bool) -> None:
+    def _read(self, observation: Any, reward: float, *, done: bool) -> None:
         if not isinstance(observation, dict):
             raise RuntimeError(
                 f"the server sent an observation that is not an object: {observation!r}"
             )
         self._text = observation_text(observation, self.text_key)
-        self._reward = float(reward or 0.0)
         if isinstance(observation.get("success"), bool):
             self._success = observation["success"]
         else:  # the server does not say: an episode that ended on a positive reward
-            self._success = done and self._reward > 0
+            self._success = done and reward > 0
         if not self._fixed_actions and _is_names(observation.get("action_names")):
             self.action_names = tuple(observation["action_names"])
         for name in ("instruction", "answer_format"):
@@ -223,7 +222,7 @@ class OpenEnvEnv(TextEnv):
 
     def sample_action(self, rng: Any) -> str:
         if self.action_names:
-            return str(rng.choice(self.action_names))
+            return super().sample_action(rng)
         return str(int(rng.integers(0, 10)))  # a well-formed free-text answer, usually wrong
 
     def render(self) -> str:

@@ -106,7 +106,8 @@ def ensure_default_model() -> Path:
     """The folder of the converted default model, converting the GGUF file on first use.
 
     Processes that start together (Ray workers, test workers, two commands) convert it once:
-    the first takes a lock beside the folder, the others wait for it and read its result.
+    the first takes a lock in the cache's locks/ folder, the others wait for it and read
+    its result.
     """
     target = default_model_dir()
     if not is_complete(target):
