@@ -98,6 +98,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a 50M random model instead")
     args = parser.parse_args()
+    import torch
+
+    from starpo.models.precision import cpu_has_native_bf16
+
+    native = "yes" if cpu_has_native_bf16() else "no"
+    print(f"CPU capability {torch.backends.cpu.get_cpu_capability()}, native bf16: {native}")
     with tempfile.TemporaryDirectory() as tmp:
         configs = quick_configs(save_quick_model(Path(tmp) / "m50")) if args.quick else REAL
         print(f"{'config':<38}{'estimate':>10}{'measured':>10}{'ratio':>8}  phase")

@@ -141,6 +141,30 @@ def test_the_plan_follows_the_config(tiny_model_dir):
     assert sum(ckpt.plan.update.values()) < sum(gae.plan.update.values())
 
 
+def test_the_rollout_counts_sampling_and_the_hf_caches_growth(tiny_model_dir):
+    _, lean = _plan(tiny_model_dir, "rollout.backend=lean")
+    _, hf = _plan(tiny_model_dir, "rollout.backend=hf")
+    _, top_p = _plan(tiny_model_dir, "rollout.backend=hf", "rollout.top_p=0.9")
+    growth = "KV cache: a layer copied one token longer (HF DynamicCache)"
+    kv = next(v for k, v in hf.plan.rollout.items() if k.startswith("KV cache ("))
+    assert hf.plan.rollout[growth] == kv // hf.shape.layers and growth not in lean.plan.rollout
+    sampling = "decode logits and sampling"
+    assert top_p.plan.rollout[sampling] * planning.SAMPLING_MATRICES == (
+        hf.plan.rollout[sampling] * planning.TOP_P_SAMPLING_MATRICES
+    )
+
+
+def test_the_update_counts_the_logits_gradient_and_one_accumulated_gradient(tiny_model_dir):
+    _, full = _plan(tiny_model_dir)
+    _, lora = _plan(tiny_model_dir, "model.lora.enabled=true")
+    accumulated = "a gradient being accumulated (the vocabulary matrix)"
+    shape = full.shape
+    assert full.plan.update[accumulated] == 4 * shape.vocab * shape.hidden
+    assert accumulated not in lora.plan.update  # adapters' gradients are small
+    logits = next(v for k, v in full.plan.update.items() if k.startswith("LM-head logits"))
+    assert full.plan.update["their gradient in backward"] == logits
+
+
 def test_a_setting_that_fits_lowers_the_micro_batch_first(tiny_model_dir):
     cfg, planned = _plan(
         tiny_model_dir,

@@ -17,7 +17,8 @@ What one process holds (bytes; P = parameters, T = trainable parameters):
 - AdamW's two fp32 moments (8T), from the first optimizer step on;
 - then the larger of two phases:
   - rollout: the KV cache of every episode played at once (fp32 keys and values in the
-    lean backend), grown 1.5x at a time as `KVStore` does;
+    lean backend), grown 1.5x at a time as `KVStore` does (the HF backend's cache also
+    holds one layer twice as it grows a token), and a decode step's sampling matrices;
   - update: fp32 gradients (4T), the activations autograd keeps for one micro-batch
     (bytes per token and layer measured for Llama decoders: see `LAYER_BYTES_*`), the
     logits the LM head keeps for its response tokens, and autocast's bf16 weight copies.
@@ -44,6 +45,10 @@ LAYER_BYTES_FP32 = (32, 16, 8, 6)
 LAYER_BYTES_AUTOCAST = (30, 8, 4, 6)
 #: Per-token bytes outside the layers (embedding output, final norm), per hidden unit.
 OUTSIDE_LAYER_BYTES = 9
+#: (rows, vocab) fp32 matrices a decode step holds while it samples: the logits, their
+#: log-probs and probabilities; top-p adds the sorted probabilities, their int64 order (two)
+#: and the mass before each (measured on SmolLM2's vocabulary: 3.4 and 6.9).
+SAMPLING_MATRICES, TOP_P_SAMPLING_MATRICES = 3, 7
 #: Adam's moments are fp32: 8 bytes per trainable parameter; gradients 4.
 ADAM_BYTES, GRAD_BYTES = 8, 4
 
@@ -257,10 +262,13 @@ def rollout_parts(
             (val_rows, val, "validation", val_prompts),
         )
     )
+    sampled = SAMPLING_MATRICES if s.top_p >= 1.0 else TOP_P_SAMPLING_MATRICES
     parts = {
         f"KV cache ({rows} {which} episodes x {episode.max_length} tokens)": kv,
-        "decode logits": rows * shape.vocab * 4 * 2,
+        "decode logits and sampling": rows * shape.vocab * 4 * sampled,
     }
+    if not run.lean:  # a layer's old and new keys and values are alive at once
+        parts["KV cache: a layer copied one token longer (HF DynamicCache)"] = kv // shape.layers
     if not run.lean and run.decode_dtype != torch.float32 and not cfg.model.lora.enabled:
         parts["autocast weight copies"] = shape.params * _dtype_bytes(run.decode_dtype)
     return parts
@@ -284,9 +292,13 @@ def update_parts(cfg: Any, shape: ModelShape, run: Runtime, train: EpisodeShape)
     # The head runs on every position where any row of the micro-batch has an agent token:
     # rows of unequal length put their turns at different positions, so up to the whole tail.
     positions = min(micro * train.max_response_tokens, train.max_length - train.prompt_tokens)
-    parts[f"LM-head logits kept for backward ({micro} x {positions} positions)"] = (
-        micro * positions * shape.vocab * 4
-    )
+    logits = micro * positions * shape.vocab * 4
+    parts[f"LM-head logits kept for backward ({micro} x {positions} positions)"] = logits
+    parts["their gradient in backward"] = logits
+    if not cfg.model.lora.enabled:  # autograd adds a new gradient to .grad from a temporary
+        parts["a gradient being accumulated (the vocabulary matrix)"] = (
+            GRAD_BYTES * shape.vocab * shape.hidden
+        )
     if autocast and not cfg.model.lora.enabled:
         parts["autocast bf16 weight copies"] = 2 * shape.params * (2 if critic else 1)
     return parts

@@ -12,7 +12,12 @@ from starpo.models.precision import rollout_dtype
 from starpo.registry import GENERATION_BACKENDS
 from starpo.rollout import RolloutEngine, RolloutSettings, hf_backend
 from starpo.rollout.backend import GenerationRequest, SamplingParams
-from starpo.rollout.hf_backend import HFBackend, common_prefix_length, inverse_cdf_sample
+from starpo.rollout.hf_backend import (
+    HFBackend,
+    block_sums_fp64,
+    common_prefix_length,
+    inverse_cdf_sample,
+)
 from starpo.rollout.lean_backend import LeanBackend
 from starpo.rollout.lean_decoder import lean_support
 from starpo.rollout.lean_kv_store import KVStore
@@ -171,6 +176,14 @@ def test_inverse_cdf_sampling_follows_the_distribution():
         edges[row, token] = 1.0
     generator = torch.Generator().manual_seed(1)
     assert inverse_cdf_sample(edges, generator).tolist() == [0, 255, 256, 999]
+
+
+@pytest.mark.parametrize("rows", [1, 15, 16, 17, 128])
+def test_block_sums_a_few_rows_at_a_time_are_bitwise_the_whole_sum(rows):
+    blocks = torch.rand(rows, 192, 256, generator=torch.Generator().manual_seed(rows))
+    whole = blocks.sum(dim=-1, dtype=torch.float64)
+    assert torch.equal(block_sums_fp64(blocks), whole)
+    assert torch.equal(block_sums_fp64(blocks, rows_at_once=1), whole)
 
 
 def test_rollout_dtype_auto_follows_compute_dtype_and_the_cpu(monkeypatch):

@@ -37,16 +37,32 @@ def sample_tokens(
         logprobs = torch.log_softmax(logits, dim=-1)
         tokens = logits.argmax(dim=-1)
         return tokens, logprobs.gather(-1, tokens[:, None])[:, 0]
-    logprobs = torch.log_softmax(logits / temperature, dim=-1)  # (B, V)
+    # Dividing by 1 would only copy the (B, V) logits (x / 1 == x exactly).
+    scaled = logits if temperature == 1.0 else logits / temperature
+    logprobs = torch.log_softmax(scaled, dim=-1)  # (B, V)
+    del scaled
     probs = logprobs.exp()
     if top_p < 1.0:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         # Keep the smallest set of tokens whose mass reaches top_p (the first token always).
-        drop = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p
-        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+        # In place where a tensor is this function's own: each is a (B, V) matrix.
+        mass_before = sorted_probs.cumsum(dim=-1).sub_(sorted_probs)
+        sorted_probs.masked_fill_(mass_before >= top_p, 0.0)
+        del mass_before
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
     tokens = inverse_cdf_sample(probs, generator)
     return tokens, logprobs.gather(-1, tokens[:, None])[:, 0]
+
+
+def block_sums_fp64(blocks: torch.Tensor, rows_at_once: int = 16) -> torch.Tensor:
+    """blocks.sum(-1, dtype=float64) a few rows at a time: the sum converts its whole input
+    to fp64 first, two (B, V) fp32 matrices more at once (bitwise the same sums)."""
+    return torch.cat(
+        [
+            blocks[start : start + rows_at_once].sum(dim=-1, dtype=torch.float64)
+            for start in range(0, blocks.shape[0], rows_at_once)
+        ]
+    )
 
 
 def inverse_cdf_sample(
@@ -60,8 +76,9 @@ def inverse_cdf_sample(
     Sums are fp64, so rounding cannot move mass between tokens; zero-probability tokens
     (cut by top-p) are never picked, as the cumulative sum does not rise at them."""
     rows, vocab = probs.shape
-    blocks = F.pad(probs, (0, -vocab % block)).view(rows, -1, block)  # (B, nb, block)
-    cdf = blocks.sum(dim=-1, dtype=torch.float64).cumsum(dim=-1)  # (B, nb)
+    padded = F.pad(probs, (0, -vocab % block)) if vocab % block else probs  # pad copies
+    blocks = padded.view(rows, -1, block)  # (B, nb, block)
+    cdf = block_sums_fp64(blocks).cumsum(dim=-1)  # (B, nb)
     uniform = torch.rand(rows, 1, generator=generator, device=probs.device, dtype=cdf.dtype)
     target = uniform * cdf[:, -1:]
     chosen = torch.searchsorted(cdf, target, right=True).clamp(max=cdf.shape[1] - 1)  # (B, 1)
@@ -274,6 +291,7 @@ class HFBackend:
             tokens, logprobs = sample_tokens(
                 logits, params.temperature, params.top_p, self.generator
             )
+            del logits  # a (B, V) matrix: not kept through the next forward
             active = [stops[i] is None for i in range(n)]
             token_list, logprob_list = tokens.tolist(), logprobs.tolist()  # one copy each
             for i in range(n):
