@@ -291,7 +291,7 @@ class HFBackend:
             tokens, logprobs = sample_tokens(
                 logits, params.temperature, params.top_p, self.generator
             )
-            del logits  # a (B, V) matrix: not kept through the next forward
+            logits = None  # a (B, V) matrix: not kept through the next forward
             active = [stops[i] is None for i in range(n)]
             token_list, logprob_list = tokens.tolist(), logprobs.tolist()  # one copy each
             for i in range(n):
