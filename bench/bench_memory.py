@@ -7,6 +7,7 @@ and their ratio side by side.
 
     python bench/bench_memory.py              # the embedded 135M model on two presets
     python bench/bench_memory.py --quick      # a 50M random model, two small configs
+    python bench/bench_memory.py --only demo  # the configs whose label says "demo"
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ def measured_peak(preset: str, overrides: list[str], out: Path) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a 50M random model instead")
+    parser.add_argument("--only", default="", help="the configs whose label contains this")
     args = parser.parse_args()
     import torch
 
@@ -107,6 +109,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         configs = quick_configs(save_quick_model(Path(tmp) / "m50")) if args.quick else REAL
         print(f"{'config':<38}{'estimate':>10}{'measured':>10}{'ratio':>8}  phase")
+        configs = {label: run for label, run in configs.items() if args.only in label}
         for i, (label, (preset, overrides)) in enumerate(configs.items()):
             cfg = load_config(preset, [*overrides, *STEPS])
             plan = plan_config(cfg).plan

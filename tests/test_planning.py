@@ -237,6 +237,31 @@ def test_worst_case_episode_length_adds_turns_and_responses():
     assert single.part_lengths == [110, 110, 110] and single.max_response_tokens == 30
 
 
+def test_a_micro_batch_of_several_groups_encodes_each_prompt_once_where_packing_pays():
+    from types import SimpleNamespace
+
+    llama = SimpleNamespace(
+        _attn_implementation="sdpa",
+        hidden_size=576,
+        intermediate_size=1536,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        sliding_window=None,
+    )
+    short = EpisodeShape(prompt_tokens=200, turn_tokens=0, response_tokens=12, max_turns=1)
+    plain = 32 * short.max_length
+    # The bandit preset: 32 kept episodes of 4 groups in one micro-batch.
+    assert planning._micro_tokens(32, 8, short, llama) == (4 * 200 + 32 * 12, plain)
+    assert planning._micro_tokens(8, 8, short, llama)[0] == 200 + 8 * 12  # one group
+    assert planning._micro_tokens(1, 8, short, llama)[0] == short.max_length
+    flash = SimpleNamespace(**{**vars(llama), "_attn_implementation": "flash_attention_2"})
+    assert planning._micro_tokens(32, 8, short, flash) == (plain, plain)  # cannot pack
+    assert planning._micro_tokens(32, 8, short, None) == (plain, plain)
+    # Long tails: attention over one packed sequence of 8 rows costs more than the rows.
+    long = EpisodeShape(prompt_tokens=200, turn_tokens=0, response_tokens=20_000, max_turns=1)
+    assert planning._micro_tokens(32, 8, long, llama)[0] == 32 * long.max_length
+
+
 def test_plan_memory_counts_adam_for_trainable_parameters_only(tiny_model_dir):
     cfg, planned = _plan(tiny_model_dir, "algorithm.adv_estimator=grpo")
     lora_cfg = load_config(

@@ -163,15 +163,27 @@ def runtime_for(cfg: Any, model_type: str | None, model_config: Any = None) -> R
     return Runtime(compute, decode, lean, packed)
 
 
-def _micro_tokens(micro: int, group_size: int, episode: EpisodeShape) -> tuple[int, int]:
+def _micro_tokens(
+    micro: int, group_size: int, episode: EpisodeShape, config: Any
+) -> tuple[int, int]:
     """(actor, critic) tokens of one training forward over `micro` trajectories padded to
-    the longest episode. The actor encodes a prefix every row shares once: the first prompt
-    when the micro-batch is one group; the critic encodes every row in full."""
-    length = episode.max_length
+    the longest episode. Rows come sorted by prompt, so a micro-batch spans
+    ceil(micro / group_size) env groups. The actor encodes one group's prompt once, and
+    several groups' prompts once each where `forward_plan` would pack them (a packable
+    model, cheaper than the rows as they are; groups are counted as distinct prompts, the
+    worst case); the critic encodes every row in full."""
+    from starpo.compute.packing import groups_packing_pays
+
+    length, prompt = episode.max_length, episode.prompt_tokens
+    plain = micro * length
     # Rows of several sequences (context_window) run plain: no prefix is encoded once.
-    one_sequence = len(episode.part_lengths) == 1
-    shared = episode.prompt_tokens if 1 < micro <= group_size and one_sequence else 0
-    return shared + micro * (length - shared), micro * length
+    if micro == 1 or len(episode.part_lengths) > 1:
+        return plain, plain
+    groups = -(-micro // group_size)
+    packs = config is not None and groups_packing_pays(config, groups, micro, length, prompt)
+    if groups == 1 or packs:
+        return groups * prompt + micro * (length - prompt), plain
+    return plain, plain
 
 
 def plan_memory(
@@ -279,7 +291,7 @@ def update_parts(cfg: Any, shape: ModelShape, run: Runtime, train: EpisodeShape)
     import torch
 
     micro = cfg.optim.micro_batch_size
-    actor_tokens, critic_tokens = _micro_tokens(micro, cfg.rollout.group_size, train)
+    actor_tokens, critic_tokens = _micro_tokens(micro, cfg.rollout.group_size, train, shape.config)
     autocast = run.compute_dtype != torch.float32
     per_token = activation_bytes_per_token(shape, autocast, cfg.model.gradient_checkpointing)
     critic = cfg.algorithm.uses_critic

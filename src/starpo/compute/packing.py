@@ -184,6 +184,17 @@ def plain_cost(config, batch: TrainBatch) -> float:
     return rows * (width + _pair_cost(config) * width**2)
 
 
+def groups_packing_pays(config, groups: int, rows: int, length: int, prompt: int) -> bool:
+    """Whether `rows` rows of `length` tokens from `groups` prompts of `prompt` tokens (rows
+    sorted by prompt) pack for less than they cost as they are: `clusters_cost` against
+    `plain_cost` for a batch of that shape, asked by the memory plan before any batch exists."""
+    if not packable(config) or groups < 2 or groups >= rows:
+        return False
+    width = prompt + -(-rows // groups) * (length - prompt)
+    pair = _pair_cost(config)
+    return groups * (width + pair * width**2) < rows * (length + pair * length**2)
+
+
 def packable(config) -> bool:
     """The model takes a custom attention mask and has no sliding window (which the mask
     would drop)."""
