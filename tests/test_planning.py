@@ -145,9 +145,11 @@ def test_the_rollout_counts_sampling_and_the_hf_caches_growth(tiny_model_dir):
     _, lean = _plan(tiny_model_dir, "rollout.backend=lean")
     _, hf = _plan(tiny_model_dir, "rollout.backend=hf")
     _, top_p = _plan(tiny_model_dir, "rollout.backend=hf", "rollout.top_p=0.9")
-    growth = "KV cache: a layer copied one token longer (HF DynamicCache)"
+    growth = "KV cache growth (HF DynamicCache)"
     kv = next(v for k, v in hf.plan.rollout.items() if k.startswith("KV cache ("))
-    assert hf.plan.rollout[growth] == kv // hf.shape.layers and growth not in lean.plan.rollout
+    layers = planning.HF_CACHE_GROWTH_LAYERS
+    assert hf.plan.rollout[growth] == layers * kv // hf.shape.layers
+    assert growth not in lean.plan.rollout
     sampling = "decode logits and sampling"
     assert top_p.plan.rollout[sampling] * planning.SAMPLING_MATRICES == (
         hf.plan.rollout[sampling] * planning.TOP_P_SAMPLING_MATRICES

@@ -18,7 +18,7 @@ What one process holds (bytes; P = parameters, T = trainable parameters):
 - then the larger of two phases:
   - rollout: the KV cache of every episode played at once (fp32 keys and values in the
     lean backend), grown 1.5x at a time as `KVStore` does (the HF backend's cache also
-    holds one layer twice as it grows a token), and a decode step's sampling matrices;
+    holds two layers more as it grows a token), and a decode step's sampling matrices;
   - update: fp32 gradients (4T), the activations autograd keeps for one micro-batch
     (bytes per token and layer measured for Llama decoders: see `LAYER_BYTES_*`), the
     logits the LM head keeps for its response tokens, and autocast's bf16 weight copies.
@@ -49,6 +49,10 @@ OUTSIDE_LAYER_BYTES = 9
 #: log-probs and probabilities; top-p adds the sorted probabilities, their int64 order (two)
 #: and the mass before each (measured on SmolLM2's vocabulary: 3.4 and 6.9).
 SAMPLING_MATRICES, TOP_P_SAMPLING_MATRICES = 3, 7
+#: Layers' keys and values the HF backend's cache holds beyond its own while it grows: the
+#: layer being copied one token longer (old and new) and the blocks the layer before freed,
+#: a token too small to reuse (the 50M bandit test measured ~2.8 layers' worth).
+HF_CACHE_GROWTH_LAYERS = 2
 #: Adam's moments are fp32: 8 bytes per trainable parameter; gradients 4.
 ADAM_BYTES, GRAD_BYTES = 8, 4
 
@@ -279,8 +283,8 @@ def rollout_parts(
         f"KV cache ({rows} {which} episodes x {episode.max_length} tokens)": kv,
         "decode logits and sampling": rows * shape.vocab * 4 * sampled,
     }
-    if not run.lean:  # a layer's old and new keys and values are alive at once
-        parts["KV cache: a layer copied one token longer (HF DynamicCache)"] = kv // shape.layers
+    if not run.lean:  # transformers' DynamicCache re-allocates each layer a token longer
+        parts["KV cache growth (HF DynamicCache)"] = HF_CACHE_GROWTH_LAYERS * kv // shape.layers
     if not run.lean and run.decode_dtype != torch.float32 and not cfg.model.lora.enabled:
         parts["autocast weight copies"] = shape.params * _dtype_bytes(run.decode_dtype)
     return parts
