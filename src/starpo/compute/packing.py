@@ -175,13 +175,18 @@ def clusters_cost(config, batch: TrainBatch, clusters: list[PromptCluster]) -> f
     """Cost (as `packing_cost`) of one packed sequence per cluster, padded to the longest,
     attention over all pairs of each."""
     width = max(c.prefix + int(batch.attention_mask[c.rows, c.prefix :].sum()) for c in clusters)
-    return len(clusters) * (width + _pair_cost(config) * width**2)
+    return sequences_cost(config, len(clusters), width)
 
 
 def plain_cost(config, batch: TrainBatch) -> float:
     """Cost (as `packing_cost`) of the padded rows as they are, all pairs of each."""
     rows, width = batch.input_ids.shape
-    return rows * (width + _pair_cost(config) * width**2)
+    return sequences_cost(config, rows, width)
+
+
+def sequences_cost(config, sequences: int, width: int) -> float:
+    """Cost (as `packing_cost`) of `sequences` sequences of `width` tokens, all pairs of each."""
+    return sequences * (width + _pair_cost(config) * width**2)
 
 
 def groups_packing_pays(config, groups: int, rows: int, length: int, prompt: int) -> bool:
@@ -191,8 +196,7 @@ def groups_packing_pays(config, groups: int, rows: int, length: int, prompt: int
     if not packable(config) or groups < 2 or groups >= rows:
         return False
     width = prompt + -(-rows // groups) * (length - prompt)
-    pair = _pair_cost(config)
-    return groups * (width + pair * width**2) < rows * (length + pair * length**2)
+    return sequences_cost(config, groups, width) < sequences_cost(config, rows, length)
 
 
 def packable(config) -> bool:
