@@ -106,6 +106,15 @@ class HFBackend:
     empty cache: slower, and used to check that cache reuse changes nothing.
     `compute_dtype` other than fp32 runs every forward under `torch.autocast` in that dtype
     (fp32 master weights, bf16 compute, as the trainer's update does).
+
+    `share_histories` (on by default, exact): sessions whose every token so far is the same
+    read one cache row, so a history that several episodes share is encoded once. All
+    rollouts of a group start from one seed, and in a deterministic env two episodes that
+    made the same replies get the same next observation, token for token; a policy that
+    agrees with itself plays many such duplicates. A shared row forks (a copy) when its
+    sessions sample different tokens. Each session still samples from its own row's
+    logits with its own uniform number in request order, so the draws are those of one row
+    per session; the padding layout is the same too (chunks are padded to the same width).
     """
 
     def __init__(
@@ -116,15 +125,19 @@ class HFBackend:
         seed: int = 0,
         reuse_cache: bool = True,
         compute_dtype: torch.dtype = torch.float32,
+        share_histories: bool = True,
     ):
         self.model = model
         self.pad_token_id = pad_token_id
         self.reuse_cache = reuse_cache
+        self.share_histories = share_histories
         self.compute_dtype = compute_dtype
         self.device = next(model.parameters()).device
         self.precision = precision_for(compute_dtype, self.device)
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self._cache_arg = cache_argument(model)
+        self.rows_fed = 0  # cache rows fed (prefill and decode), summed over all calls
+        self.tokens_fed = 0  # real tokens fed into those rows (padding excluded)
         # It runs the training model itself: exact log-probs unless autocast rounds them.
         self.numerics = BackendNumerics(
             "hf", str(compute_dtype).removeprefix("torch."), not self.precision.mixed
@@ -140,9 +153,10 @@ class HFBackend:
             raise ValueError("HFBackend samples from the model it was built with")
 
     def reset(self) -> None:
-        self._rows: list[int] = []  # row of the batch cache -> session id
+        self._row_of: dict[int, int] = {}  # session id -> its row of the batch cache
+        self._row_count = 0
         self._cache: DynamicCache | None = None
-        self._mask = torch.zeros(0, 0, dtype=torch.long, device=self.device)  # (B, T)
+        self._mask = torch.zeros(0, 0, dtype=torch.long, device=self.device)  # (rows, T)
         self._pending: dict[int, list[int]] = {}  # sampled, not yet fed into the cache
         # Every token fed, per session: only the re-encoding mode needs it.
         self._history: dict[int, list[int]] = {}
@@ -152,9 +166,12 @@ class HFBackend:
         for session in gone:
             self._pending.pop(session, None)
             self._history.pop(session, None)
-        keep = [s for s in self._rows if s not in gone]
-        if len(keep) != len(self._rows):
-            self._select_rows(keep)
+        live = [s for s in self._row_of if s not in gone]
+        if len(live) != len(self._row_of):
+            rows = [self._row_of[s] for s in live]
+            self._regroup(
+                live, [self._key(s, r, ()) for s, r in zip(live, rows, strict=True)], rows
+            )
 
     @torch.no_grad()
     def generate(
@@ -169,47 +186,81 @@ class HFBackend:
             if not self.reuse_cache:
                 self._history.setdefault(r.session, []).extend(chunk)
             chunks.append(chunk)
-        if self.reuse_cache:
-            self._align(sessions)
-        else:
-            self._start(sessions)
+        if not self.reuse_cache:
             chunks = [list(self._history[s]) for s in sessions]
+            self._row_of = {}  # every call starts from an empty cache
+        known = [s in self._row_of for s in sessions]
+        if any(known) and not all(known):
+            raise ValueError("start all sessions of a batch in one generate() call")
         with self.precision.autocast():
-            fresh = self._mask.shape[1] == 0
-            logits = self._feed_shared(chunks) if fresh else self._feed(chunks)
-            return self._decode(sessions, logits, params)
+            if any(known):
+                parents = [self._row_of[s] for s in sessions]
+                keys = [
+                    self._key(s, p, tuple(c))
+                    for s, p, c in zip(sessions, parents, chunks, strict=True)
+                ]
+                rows, firsts = self._regroup(sessions, keys, parents)
+                logits = self._feed([chunks[i] for i in firsts])
+            else:
+                rows, logits = self._start_sessions(sessions, chunks)
+            return self._decode(sessions, rows, logits, params)
 
     # ------------------------------------------------------------------ batch state
-    def _start(self, sessions: list[int]) -> None:
-        self._rows = list(sessions)
-        self._empty_cache(len(sessions))
+    def _key(self, session: int, row: int, tail: tuple) -> tuple:
+        """What decides a session's next cache row: its current row and the tokens it
+        appends when histories are shared, else the session itself (a row each)."""
+        return (row, tail) if self.share_histories else (session,)
+
+    def _regroup(
+        self, sessions: list[int], keys: list[tuple], parents: list[int]
+    ) -> tuple[list[int], list[int]]:
+        """Cache rows become the distinct `keys` in order of first appearance, each a copy
+        of the current row `parents[i]` of its first session i (rows no session reads are
+        dropped). Returns (each session's new row, each new row's first session)."""
+        new_row: dict[tuple, int] = {}
+        rows = [new_row.setdefault(key, len(new_row)) for key in keys]
+        firsts = [0] * len(new_row)
+        for i in reversed(range(len(sessions))):
+            firsts[rows[i]] = i
+        index = [parents[i] for i in firsts]
+        if index != list(range(self._row_count)):
+            if not index:
+                self._empty_cache(0)
+            elif self._cache is not None and self._cache.get_seq_length() > 0:
+                self._copy_rows(torch.tensor(index, device=self.device))
+            else:
+                self._mask = self._mask[index]
+        self._row_of = dict(zip(sessions, rows, strict=True))
+        self._row_count = len(firsts)
+        return rows, firsts
+
+    def _start_sessions(
+        self, sessions: list[int], chunks: list[list[int]]
+    ) -> tuple[list[int], torch.Tensor]:
+        """New sessions' first chunks into an empty cache: each distinct prompt encoded
+        once (`_feed_prompts`); (each session's row, the rows' last logits)."""
+        logits, index = self._feed_prompts(chunks)
+        distinct = len(logits)
+        if self.share_histories:
+            rows = index
+            if distinct < len(chunks):  # the prompts become blocks that later forks share
+                self._share_rows(torch.arange(distinct, device=self.device))
+        else:
+            rows = list(range(len(chunks)))
+            index_t = torch.tensor(index, device=self.device)
+            if distinct < len(chunks):
+                self._share_rows(index_t)
+            elif index != rows:
+                self._copy_rows(index_t)
+            logits = logits[index_t]
+        self._row_of = dict(zip(sessions, rows, strict=True))
+        self._row_count = len(logits)
+        return rows, logits
 
     def _empty_cache(self, rows: int) -> None:
         """An empty cache and attention mask for `rows` sequences."""
         self._cache = DynamicCache()
         self._mask = torch.zeros(rows, 0, dtype=torch.long, device=self.device)
-
-    def _align(self, sessions: list[int]) -> None:
-        """Make the cache rows exactly `sessions`, in order."""
-        known = [s in self._rows for s in sessions]
-        if not any(known):
-            self._start(sessions)
-        elif all(known):
-            self._select_rows(sessions)
-        else:
-            raise ValueError("start all sessions of a batch in one generate() call")
-
-    def _select_rows(self, sessions: list[int]) -> None:
-        index = [self._rows.index(s) for s in sessions]
-        if index == list(range(len(self._rows))):
-            return
-        self._rows = list(sessions)
-        if not sessions:
-            self._start([])
-            return
-        self._mask = self._mask[index]
-        if self._cache is not None and self._cache.get_seq_length() > 0:
-            self._cache.batch_select_indices(torch.tensor(index, device=self.device))
 
     def _forward(self, input_ids: torch.Tensor, new_mask: torch.Tensor) -> torch.Tensor:
         """Feed (B, L) tokens whose mask is `new_mask`; return the last position's logits."""
@@ -229,6 +280,8 @@ class HFBackend:
         """Append (B, L) `new_mask` to the attention mask; return the new tokens' position
         ids, which count only real tokens (a sequence sees the positions it would alone)."""
         self._mask = torch.cat([self._mask, new_mask], dim=1)
+        self.rows_fed += new_mask.shape[0]
+        self.tokens_fed += int(new_mask.sum())
         return (self._mask.cumsum(dim=1) - 1).clamp(min=0)[:, -new_mask.shape[1] :]
 
     def _feed(self, chunks: list[list[int]]) -> torch.Tensor:
@@ -243,31 +296,23 @@ class HFBackend:
             mask[row, width - len(chunk) :] = 1
         return self._forward(ids.to(self.device), mask.to(self.device))
 
-    def _feed_shared(self, chunks: list[list[int]]) -> torch.Tensor:
-        """First chunks of new sessions: encode each distinct prompt once, then copy its
-        cache rows (all rollouts of a group start from the same prompt). The distinct
-        prompts' common start (the system prompt and instructions, 151 of Sokoban's ~225
-        tokens) is encoded once too, when it is at least MIN_COMMON_PREFIX tokens long."""
+    def _feed_prompts(self, chunks: list[list[int]]) -> tuple[torch.Tensor, list[int]]:
+        """First chunks of new sessions: encode each distinct prompt once (all rollouts of
+        a group start from the same prompt); the cache rows are the distinct prompts.
+        Returns (their last logits, each chunk's distinct prompt). The distinct prompts'
+        common start (the system prompt and instructions, 151 of Sokoban's ~225 tokens)
+        is encoded once too, when it is at least MIN_COMMON_PREFIX tokens long."""
         first_row: dict[tuple[int, ...], int] = {}
         index = [first_row.setdefault(tuple(chunk), len(first_row)) for chunk in chunks]
         distinct = [list(chunk) for chunk in first_row]
         common = common_prefix_length(distinct) if len(distinct) > 1 else 0
-        if common < MIN_COMMON_PREFIX and len(distinct) == len(chunks):
-            return self._feed(chunks)
         if common < MIN_COMMON_PREFIX:
             self._empty_cache(len(distinct))
-            logits = self._feed(distinct)
-        else:
-            self._empty_cache(1)
-            self._feed([distinct[0][:common]])
-            self._copy_rows(torch.zeros(len(distinct), dtype=torch.long, device=self.device))
-            logits = self._feed([chunk[common:] for chunk in distinct])
-        rows = torch.tensor(index, device=self.device)
-        if len(distinct) < len(chunks):
-            self._share_rows(rows)
-        else:
-            self._copy_rows(rows)
-        return logits[rows]
+            return self._feed(distinct), index
+        self._empty_cache(1)
+        self._feed([distinct[0][:common]])
+        self._copy_rows(torch.zeros(len(distinct), dtype=torch.long, device=self.device))
+        return self._feed([chunk[common:] for chunk in distinct]), index
 
     def _copy_rows(self, rows: torch.Tensor) -> None:
         """Cache and mask rows `rows` of the current ones (repeats copy a row)."""
@@ -280,14 +325,17 @@ class HFBackend:
         self._copy_rows(rows)
 
     def _decode(
-        self, sessions: list[int], logits: torch.Tensor, params: SamplingParams
+        self, sessions: list[int], rows: list[int], logits: torch.Tensor, params: SamplingParams
     ) -> list[Generation]:
-        """Sample up to max_new_tokens per row; finished rows feed padding (mask 0)."""
+        """Sample up to max_new_tokens per session from its row's logits; finished
+        sessions feed padding (mask 0). Rows fork where their sessions' tokens differ."""
         n = len(sessions)
         tokens_out: list[list[int]] = [[] for _ in range(n)]
         logprobs_out: list[list[float]] = [[] for _ in range(n)]
         stops: list[list[int] | None] = [None] * n
         for step in range(params.max_new_tokens):
+            if len(logits) != n or rows != list(range(n)):  # a row per session, as drawn
+                logits = logits.index_select(0, torch.tensor(rows, device=logits.device))
             tokens, logprobs = sample_tokens(
                 logits, params.temperature, params.top_p, self.generator
             )
@@ -304,13 +352,20 @@ class HFBackend:
                     if active[i]:
                         self._pending[sessions[i]] = [token_list[i]]
                 break
-            active_t = torch.tensor(active, device=self.device)
-            feed = torch.where(active_t, tokens, torch.full_like(tokens, self.pad_token_id))
+            fed = [token_list[i] if active[i] else None for i in range(n)]
             if not self.reuse_cache:
                 for i in range(n):
                     if active[i]:
                         self._history[sessions[i]].append(token_list[i])
-            logits = self._forward(feed[:, None], active_t.long()[:, None])
+            keys = [self._key(s, r, (t,)) for s, r, t in zip(sessions, rows, fed, strict=True)]
+            rows, firsts = self._regroup(sessions, keys, rows)
+            feed = [fed[i] for i in firsts]
+            ids = [self.pad_token_id if t is None else t for t in feed]
+            real = [int(t is not None) for t in feed]
+            logits = self._forward(
+                torch.tensor(ids, device=self.device)[:, None],
+                torch.tensor(real, device=self.device)[:, None],
+            )
         return [
             Generation(
                 tokens_out[i], logprobs_out[i], "stop" if stops[i] else "length", stops[i] or []

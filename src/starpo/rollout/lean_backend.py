@@ -44,6 +44,7 @@ class LeanBackend(HFBackend):
         seed: int = 0,
         weights_dtype: torch.dtype = torch.float32,
         linear_kernel: str = "auto",
+        share_histories: bool = True,
     ):
         reason = lean_support(model)
         if reason is not None:
@@ -51,8 +52,11 @@ class LeanBackend(HFBackend):
                 f"the lean backend cannot run this model: {reason}; use rollout.backend=hf"
             )
         self.lean = LeanLlama(model, weights_dtype, linear_kernel)
-        super().__init__(model, pad_token_id=pad_token_id, seed=seed)  # no autocast: the
-        self.compute_dtype = weights_dtype  # lean forward picks each op's dtype itself
+        # No autocast: the lean forward picks each op's dtype itself.
+        super().__init__(
+            model, pad_token_id=pad_token_id, seed=seed, share_histories=share_histories
+        )
+        self.compute_dtype = weights_dtype
         exact = weights_dtype == torch.float32
         self.numerics = BackendNumerics(
             "lean", str(weights_dtype).removeprefix("torch."), exact, self.lean.kernel
