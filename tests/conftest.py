@@ -11,6 +11,7 @@ into that folder, once per run (~20 s; the other workers wait for it, see
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,38 @@ RAY_MODULES = {
 }
 
 
+#: The groups that take longest, longest first (CPU seconds of a `make test` run on a 2-core
+#: machine, 2026-12-04; the Ray group waits most of its ~3 min on its actors): xdist hands
+#: them out first, so no worker is left with one of them at the end while the other idles.
+#: The other groups follow, most tests first (xdist's own order).
+LONGEST_FIRST = [
+    "ray",
+    "tests/trainer/test_determinism.py",  # ~200 s
+    "tests/test_planning.py",  # ~110 s
+    "tests/trainer/test_crash_safety.py",  # ~70 s
+    "tests/models/test_models.py",  # ~35 s (converts the default model)
+    "tests/trainer/test_train_cli.py",  # ~35 s
+    "tests/test_cli_fuzz_commands.py",  # ~20 s
+    "tests/trainer/test_collapse.py",
+    "tests/viewer/test_report.py",
+    "tests/test_recipe.py",
+    "tests/trainer/test_train_budget.py",
+    "tests/rollout/test_eval_cli.py",
+]
+
+
+def pytest_configure(config):
+    """xdist would order the groups by their number of tests, which sends the one-test files
+    that run longest (test_determinism) last; `pytest_collection_modifyitems` orders them."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def _group(item) -> str:
+    path = item.nodeid.split("::")[0]
+    return "ray" if path in RAY_MODULES else path
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
     """Groups for `pytest -n N --dist loadgroup` (how `make test` runs): each test file
@@ -57,10 +90,17 @@ def pytest_collection_modifyitems(config, items):
     and checks after them that xdist did group: with pytest 9, xdist 3.8 writes the group
     into a field pytest no longer reads, and the groups were silently ignored (one file's
     tests on both workers, two Ray clusters at once), hence pyproject's pytest<9."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the order xdist hands the groups out in
+        groups = [_group(item) for item in items]
+        sizes = Counter(groups)
+        first = {group: index for index, group in reversed(list(enumerate(groups)))}
+        rank = {group: index for index, group in enumerate(LONGEST_FIRST)}
+        order = {g: (rank.get(g, len(rank)), -sizes[g], first[g]) for g in sizes}
+        # sorted is stable: each group keeps its tests in their order
+        keyed = sorted(zip(groups, items, strict=True), key=lambda pair: order[pair[0]])
+        items[:] = [item for _, item in keyed]
     for item in items:
-        path = item.nodeid.split("::")[0]
-        group = "ray" if path in RAY_MODULES else path
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
     result = yield
     if getattr(config.option, "loadgroup", False) and items and "@" not in items[0].nodeid:
         raise pytest.UsageError(
