@@ -28,6 +28,7 @@ from starpo.envs.qa_data import (
     load_records,
     normalize_text,
     number_label,
+    numbers_match,
     parse_number,
     seed_index,
     split_answer,
@@ -188,6 +189,13 @@ def test_the_numeric_verifier_has_a_relative_tolerance(tmp_path):
     env = QAEnv(path=big)
     env.reset(seed=0)
     assert env.step("1000000001")[1] == 1.0  # relative, not absolute
+
+
+def test_the_numeric_verifier_is_exact_beyond_a_floats_range():
+    # Found by hypothesis: the float tolerance times Fraction("1E400") overflowed.
+    assert not numbers_match(parse_number("1E400"), Fraction(3))
+    assert numbers_match(parse_number("1E400"), Fraction(10**400) + 1)
+    assert number_label(parse_number("1E500")) == "1e500"  # a label too long reads back
 
 
 def test_the_exact_verifier_normalises_case_spaces_and_a_final_period(capitals):

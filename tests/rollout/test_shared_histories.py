@@ -37,9 +37,7 @@ def _play(peaked, backend_class, share: bool, temperature: float = 1.0):
     # next to each other in the cumulative sum and a float32 rounding between a batched
     # and a single-row forward can flip which one a uniform lands on: a legitimate
     # difference of the same size as any batch-size change, not a sharing error.
-    settings = RolloutSettings(
-        max_turns=4, max_new_tokens=6, temperature=temperature, top_p=0.9
-    )
+    settings = RolloutSettings(max_turns=4, max_new_tokens=6, temperature=temperature, top_p=0.9)
     engine = RolloutEngine(backend, tokenizer, settings)
     return engine.run("sokoban", [10000, 10001, 10002], 6), backend
 

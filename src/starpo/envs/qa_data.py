@@ -25,7 +25,7 @@ from starpo.errors import UserError
 #: Longest answer (characters) an agent may give; longer text is an invalid action.
 ANSWER_CAP = 500
 #: Relative tolerance of the numeric verifier (absolute below magnitude 1).
-REL_TOL = 1e-6
+REL_TOL = Fraction(1, 10**6)  # a Fraction: "1E400" must not overflow a float
 
 _NUMBER = re.compile(
     r"(?<![\w.])-?(?:\d+/\d+|(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?:e[-+]?\d{1,3})?)",
@@ -73,9 +73,15 @@ def parse_number(text: str) -> Fraction | None:
 
 def number_label(value: Fraction) -> str:
     """Canonical text of a number: "72", "-3.5", or "1/3" when no decimal of up to 6 places
-    is exact. Exact integer arithmetic: a 500-digit answer must not overflow a float."""
+    is exact. Exact integer arithmetic: a 500-digit answer must not overflow a float.
+    An integer longer than an answer may be ("1E500") is written with its exponent, so
+    that its label reads back as the same number."""
     if value.denominator == 1:
-        return str(value.numerator)
+        digits = str(value.numerator)
+        if len(digits) <= ANSWER_CAP:
+            return digits
+        mantissa = digits.rstrip("0")
+        return f"{mantissa}e{len(digits) - len(mantissa)}"
     for places in range(1, 7):
         scaled = value * 10**places
         if scaled.denominator == 1:
@@ -86,7 +92,8 @@ def number_label(value: Fraction) -> str:
 
 
 def numbers_match(given: Fraction, expected: Fraction) -> bool:
-    """Equal within REL_TOL of the larger magnitude (absolute tolerance below 1)."""
+    """Equal within REL_TOL of the larger magnitude (absolute tolerance below 1), in exact
+    arithmetic: a float product would overflow on an answer like "1E400"."""
     return abs(given - expected) <= REL_TOL * max(1, abs(expected), abs(given))
 
 
