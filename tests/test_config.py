@@ -107,7 +107,15 @@ def test_rollout_section_builds_the_engine_settings_from_one_definition():
     assert isinstance(settings, RolloutSettings)
     assert settings.max_new_tokens == 64 and settings.temperature == 0.5
     episode = {f.name for f in fields(RolloutSettings)}
-    per_step = {"num_groups", "group_size", "train_seed_start", "backend", "dtype", "workers"}
+    per_step = {
+        "num_groups",
+        "group_size",
+        "train_seed_start",
+        "backend",
+        "dtype",
+        "workers",
+        "share_histories",
+    }
     assert set(RolloutConfig.model_fields) == episode | per_step
     for f in fields(RolloutSettings):  # same default and help text as the one definition
         info = RolloutConfig.model_fields[f.name]

@@ -51,6 +51,13 @@ class RolloutConfig(ConfigSection):
         "and logs the gap as rollout/logprob_diff_*.",
         choices=("auto", "fp32", "bf16", "float32", "bfloat16"),
     )
+    share_histories: bool = _f(
+        False,
+        "Episodes whose dialogues are so far the same read one KV-cache row (exact: each "
+        "still samples with its own random draw). Pays where forks are cheap: one short "
+        "turn (the Bandit demo's rollouts 14% faster); costs on long multi-turn histories "
+        "with few duplicates (Sokoban: 2.1x slower, bench/bench_step.py).",
+    )
     # Per-episode settings: defined once, in starpo.config_episode.RolloutSettings.
     max_turns: int = _setting("max_turns")
     max_actions_per_turn: int = _setting("max_actions_per_turn")

@@ -98,3 +98,21 @@ def test_released_and_forked_rows_keep_each_sessions_own_history(peaked):
     assert [g.token_ids for g in shared] == [g.token_ids for g in alone]
     for a, b in zip(shared, alone, strict=True):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+
+
+def test_the_rollout_setting_reaches_the_backend_and_is_refused_where_unsupported(tiny):
+    from starpo.errors import UserError
+    from starpo.rollout.backend import set_share_histories
+
+    model, tokenizer = tiny
+    backend = HFBackend(model, pad_token_id=tokenizer.pad_token_id)
+    assert backend.share_histories is False  # off by default: forks copy every row's cache
+    set_share_histories(backend, True)
+    assert backend.share_histories is True
+
+    class PlainBackend:  # a registered backend without the switch
+        pass
+
+    set_share_histories(PlainBackend(), False)  # off: nothing to do
+    with pytest.raises(UserError, match="rollout.share_histories=false"):
+        set_share_histories(PlainBackend(), True)

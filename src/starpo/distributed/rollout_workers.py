@@ -72,14 +72,18 @@ class RolloutWorker:
         build_backend: Callable[..., Any],
         compute_dtype: Any,
         threads: int,
+        share_histories: bool = False,
     ) -> None:
         """`build_backend`: the backend's factory itself, resolved on the driver (a backend
         registered there at run time is one the worker's own registry never saw)."""
         import torch
 
+        from starpo.rollout.backend import set_share_histories
+
         torch.set_num_threads(threads)
         self.model, self.tokenizer = model.eval(), tokenizer
         self.backend = build_backend(self.model, tokenizer, compute_dtype=compute_dtype)
+        set_share_histories(self.backend, share_histories)
         self.version = -1
         self.engines: dict[RolloutSettings, Any] = {}
 
@@ -143,6 +147,7 @@ class RolloutPool:
         compute_dtype: Any,
         numerics: Any,
         threads: int | None = None,
+        share_histories: bool = False,
     ) -> None:
         if num_workers < 1:
             raise UserError(f"rollout.workers must be >= 1 for a pool, got {num_workers}")
@@ -159,7 +164,14 @@ class RolloutPool:
 
         build = GENERATION_BACKENDS[backend]
         ship_with_code(build)  # a backend defined in the user's own code reaches the workers
-        self._init_args = (ray.put(model), tokenizer, build, compute_dtype, self.threads)
+        self._init_args = (
+            ray.put(model),
+            tokenizer,
+            build,
+            compute_dtype,
+            self.threads,
+            share_histories,
+        )
         # One CPU each, so Ray spreads workers over a cluster's nodes.
         self._actor_class = ray.remote(num_cpus=1)(RolloutWorker)
         self.workers = [self._start_worker() for _ in range(num_workers)]

@@ -11,6 +11,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from starpo.errors import UserError
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -131,3 +133,15 @@ class GenerationBackend(PolicySampler, Protocol):
     def reset(self) -> None:
         """Forget all sessions."""
         ...
+
+
+def set_share_histories(backend: Any, on: bool) -> None:
+    """Apply `rollout.share_histories` to a backend: the built-in ones have the switch; a
+    registered backend without it may only leave it off."""
+    if hasattr(backend, "share_histories"):
+        backend.share_histories = on
+    elif on:
+        raise UserError(
+            f"rollout.share_histories=true: the {type(backend).__name__} backend cannot share "
+            "cache rows; set rollout.share_histories=false"
+        )

@@ -44,7 +44,7 @@ class LeanBackend(HFBackend):
         seed: int = 0,
         weights_dtype: torch.dtype = torch.float32,
         linear_kernel: str = "auto",
-        share_histories: bool = True,
+        share_histories: bool = False,
     ):
         reason = lean_support(model)
         if reason is not None:

@@ -15,6 +15,7 @@ from starpo.compute.batch import TrainBatch
 from starpo.config import TrainConfig, config_to_dict
 from starpo.config_episode import RolloutSettings
 from starpo.errors import UserError
+from starpo.rollout.backend import set_share_histories
 from starpo.rollout.engine import RolloutEngine
 from starpo.trainer.checkpoint import latest_checkpoint
 from starpo.trainer.optim import Optimizers
@@ -39,6 +40,7 @@ class Workers:
         validation episodes' settings."""
         self.cfg, self.models, self.say = cfg, models, say
         self.local_backend, self.decode_dtype, self.settings = backend, decode_dtype, settings
+        set_share_histories(backend, cfg.rollout.share_histories)
         tokenizer = models.tokenizer
         self.local_engines = tuple(RolloutEngine(backend, tokenizer, s) for s in settings)
         self.pool: Any = None  # Ray rollout workers while `train` runs (rollout.workers > 0)
@@ -101,6 +103,7 @@ class Workers:
             backend=cfg.rollout.backend,
             compute_dtype=self.decode_dtype,
             numerics=self.local_backend.numerics,
+            share_histories=cfg.rollout.share_histories,
         )
         self.pool.update_weights(self.models.actor, policy_version)
         self.pool_engines = tuple(self.pool.engine(s) for s in self.settings)

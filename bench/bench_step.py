@@ -1,0 +1,255 @@
+"""One whole StarPO-S step of the multi-turn CPU presets, phase by phase, with each speed-up
+switched off and on side by side in one run.
+
+    python bench/bench_step.py                       # sokoban and frozenlake
+    python bench/bench_step.py --env sokoban --steps 2
+    STARPO_CPU_BF16=0 ATEN_CPU_CAPABILITY=avx2 python bench/bench_step.py   # as on an
+                                                     # AVX2-only laptop CPU (fp32 everywhere)
+
+The policy is the presets' own starting point in miniature: SmolLM2-135M-Instruct after a
+short SFT on solver episodes (`--sft-episodes`, made once and kept under `--out`), so turns
+are well formed and a group's episodes agree often and differ sometimes, as they do in the
+recipe's RL stage. Each contender builds a fresh `Trainer` from the preset (same seeds) and
+runs `--steps` steps of `Trainer.train_step`: rollout (64 episodes), filter (top 25% of
+groups by reward std), prepare and update (16 dialogues), weight sync.
+
+Printed per contender and phase: seconds, tokens prefilled / decoded (rollout; prefilled
+counts only tokens actually fed to the model, so a history shared by several episodes
+counts once) and trained (update), the FLOPs of the phase's linear layers and their share
+of the fp32 (or the update dtype's) matmul peak measured in the same run; then the share
+of duplicate (episode, turn) histories, and whether the contenders played the same
+episodes token for token (exact switches must).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import torch  # noqa: E402
+
+from starpo.compute import flops  # noqa: E402
+from starpo.config import load_config  # noqa: E402
+from starpo.models.precision import cpu_has_native_bf16  # noqa: E402
+from starpo.types import Trajectory  # noqa: E402
+
+PRESETS = {"sokoban": "cpu-sokoban-sft-starpo-s", "frozenlake": "cpu-frozenlake-sft-starpo-s"}
+
+
+@dataclass(frozen=True)
+class Contender:
+    """A way to run the step: config overrides of the preset."""
+
+    name: str
+    overrides: tuple[str, ...] = ()
+
+
+#: The first is the preset as it is; the others each switch one lever.
+CONTENDERS = (
+    Contender("preset: a cache row per episode"),
+    Contender("shared histories (exact)", ("rollout.share_histories=true",)),
+)
+
+
+@dataclass
+class StepFigures:
+    """What one contender's steps measured (summed over its steps)."""
+
+    rollout_s: float = 0.0
+    update_s: float = 0.0
+    other_s: float = 0.0
+    prefilled: int = 0  # real tokens fed to the rollout model (prompts, observations)
+    decoded: int = 0  # tokens sampled
+    trained: int = 0  # real tokens of the update batch (each PPO epoch)
+    rollout_flops: float = 0.0
+    update_flops: float = 0.0
+    episodes: list[list[Trajectory]] = field(default_factory=list)
+
+    @property
+    def total_s(self) -> float:
+        return self.rollout_s + self.update_s + self.other_s
+
+
+def sft_policy(env: str, out: Path, episodes: int, epochs: int) -> Path:
+    """The SFT model the steps start from, trained once into `out/sft-<env>`."""
+    folder = out / f"sft-{env}-{episodes}x{epochs}"
+    if (folder / "sft_summary.json").exists():
+        return folder
+    from starpo.models import DEFAULT_MODEL
+    from starpo.models.precision import compute_dtype
+    from starpo.sft import run_sft
+    from starpo.sft.train import TrainOptions
+
+    cfg = load_config(PRESETS[env])
+    mixed = compute_dtype("auto", "cpu") == torch.bfloat16
+    print(f"[sft] {episodes} solver episodes x {epochs} epochs into {folder} ...", flush=True)
+    started = time.perf_counter()
+    run_sft(
+        DEFAULT_MODEL,
+        (),
+        cfg.rollout.settings(),
+        folder,
+        options=TrainOptions(epochs=epochs, lr=2e-4, dtype="bf16" if mixed else "fp32"),
+        from_solver=episodes,
+        env_id=env,
+        quiet=True,
+    )
+    print(f"[sft] done in {time.perf_counter() - started:.0f} s", flush=True)
+    return folder
+
+
+def duplicate_share(trajectories: list[Trajectory]) -> tuple[int, int]:
+    """(episode-turns whose dialogue up to that turn's reply another episode of the group
+    already had, all episode-turns)."""
+    duplicates = total = 0
+    for group in sorted({t.group for t in trajectories}):
+        members = [t for t in trajectories if t.group == group]
+        for k in range(max(len(t.turn_ends) for t in members)):
+            heads = [tuple(t.token_ids[: t.turn_ends[k] + 1]) for t in members if len(t.turns) > k]
+            total += len(heads)
+            duplicates += len(heads) - len(set(heads))
+    return duplicates, total
+
+
+def run_contender(cfg_name: str, model_dir: Path, contender: Contender, steps: int):
+    """`steps` training steps of a fresh Trainer; its figures."""
+    from starpo.trainer import Trainer
+    from starpo.trainer.update import UPDATE_FLOPS
+
+    overrides = [f"model.name={model_dir}", "trainer.log_trajectories=0", *contender.overrides]
+    cfg = load_config(cfg_name, overrides)
+    figures = StepFigures()
+    with tempfile.TemporaryDirectory() as run_dir:
+        trainer = Trainer(cfg, Path(run_dir), quiet=True)
+        backend = trainer.backend
+        shape = flops.model_shape(trainer.models.actor)
+        for step in range(steps):
+            fed_before = backend.tokens_fed
+            started = time.perf_counter()
+            captured = capture_rollout(trainer)
+            metrics = trainer.train_step(step)
+            wall = time.perf_counter() - started
+            trajectories = captured.pop()
+            decoded = sum(sum(t.loss_mask) for t in trajectories)
+            fed = backend.tokens_fed - fed_before
+            rollout_s = metrics.get("timing_s/rollout", 0.0)
+            update_s = metrics.get("timing_s/update", 0.0)
+            figures.rollout_s += rollout_s
+            figures.update_s += update_s
+            figures.other_s += wall - rollout_s - update_s
+            figures.decoded += decoded
+            figures.prefilled += fed - decoded
+            # Linear layers' FLOPs: every token fed goes through the decoder once; the
+            # LM head runs once per sampled token.
+            figures.rollout_flops += flops.decoder_flops(shape, fed, 0)
+            figures.rollout_flops += flops.head_flops(shape, decoded)
+            figures.update_flops += metrics.get(UPDATE_FLOPS, 0.0)
+            seconds = max(update_s, 1e-9)
+            figures.trained += round(metrics.get("perf/tokens_per_s", 0.0) * seconds)
+            figures.episodes.append(trajectories)
+        del trainer
+    return figures
+
+
+class capture_rollout:
+    """Keeps the trajectories `Trainer.rollout` returns (the step does not return them)."""
+
+    def __init__(self, trainer) -> None:
+        self.kept: list[list[Trajectory]] = []
+        original = trainer.rollout
+
+        def rollout(step: int):
+            trajectories, metrics = original(step)
+            self.kept.append(trajectories)
+            return trajectories, metrics
+
+        trainer.rollout = rollout
+
+    def pop(self) -> list[Trajectory]:
+        return self.kept.pop()
+
+
+def same_episodes(a: StepFigures, b: StepFigures) -> bool:
+    pairs = zip(a.episodes, b.episodes, strict=True)
+    return all([t.token_ids for t in x] == [t.token_ids for t in y] for x, y in pairs)
+
+
+def report(env: str, steps: int, results: dict[str, StepFigures], peak: float) -> None:
+    base = next(iter(results.values()))
+    print(f"\n{env}: {PRESETS[env]}, {steps} step(s) from the SFT policy")
+    header = (
+        f"  {'contender':<34}{'rollout s':>10}{'update s':>10}{'other s':>9}{'step s':>9}"
+        f"{'speed-up':>9}  {'prefilled':>9}{'decoded':>8}{'trained':>8}"
+        f"{'roll %pk':>9}{'upd %pk':>8}  same"
+    )
+    print(header)
+    for name, r in results.items():
+        roll_share = r.rollout_flops / max(r.rollout_s, 1e-9) / 1e9 / peak
+        upd_share = r.update_flops / max(r.update_s, 1e-9) / 1e9 / peak
+        print(
+            f"  {name:<34}{r.rollout_s:>10.1f}{r.update_s:>10.1f}{r.other_s:>9.1f}"
+            f"{r.total_s:>9.1f}{base.total_s / r.total_s:>8.2f}x  {r.prefilled:>9}"
+            f"{r.decoded:>8}{r.trained:>8}{roll_share:>9.1%}{upd_share:>8.1%}"
+            f"  {'yes' if same_episodes(base, r) else 'no'}"
+        )
+    all_episodes = [t for step in base.episodes for t in step]
+    duplicates, total = duplicate_share(all_episodes)
+    successes = sum(t.success for t in all_episodes)
+    turns = sum(len(t.turns) for t in all_episodes) / max(len(all_episodes), 1)
+    print(
+        f"  episodes: {len(all_episodes)}, success {successes / max(len(all_episodes), 1):.1%}, "
+        f"{turns:.1f} turns each; duplicate (episode, turn) histories: {duplicates} of "
+        f"{total} ({duplicates / max(total, 1):.1%})"
+    )
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", nargs="+", default=list(PRESETS), choices=PRESETS)
+    parser.add_argument("--steps", type=int, default=1, help="training steps per contender")
+    parser.add_argument("--sft-episodes", type=int, default=64)
+    parser.add_argument("--sft-epochs", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("out/bench_step"))
+    parser.add_argument("--sft-only", action="store_true", help="make the SFT policies, stop")
+    parser.add_argument(
+        "--contenders", nargs="+", type=int, help="indices into CONTENDERS (default: all)"
+    )
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(2)
+    capability = torch.backends.cpu.get_cpu_capability()
+    bf16 = cpu_has_native_bf16()
+    emulated = os.environ.get("ATEN_CPU_CAPABILITY")
+    print(
+        f"CPU capability {capability}{' (ATEN_CPU_CAPABILITY set)' if emulated else ''}, "
+        f"native bf16 {'yes' if bf16 else 'no'}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads"
+    )
+    models = {e: sft_policy(e, args.out, args.sft_episodes, args.sft_epochs) for e in args.env}
+    if args.sft_only:
+        return
+    peak = flops.measure_matmul_peak(torch.float32)
+    print(f"fp32 matmul peak measured now: {peak:.1f} GFLOP/s")
+    chosen = [CONTENDERS[i] for i in args.contenders] if args.contenders else list(CONTENDERS)
+    for env in args.env:
+        results = {}
+        for contender in chosen:
+            print(f"[{env}] {contender.name} ...", flush=True)
+            results[contender.name] = run_contender(
+                PRESETS[env], models[env], contender, args.steps
+            )
+        report(env, args.steps, results, peak)
+
+
+if __name__ == "__main__":
+    main()
