@@ -115,6 +115,15 @@ class TrainerConfig(ConfigSection):
         gt=0.0,
         example=30,
     )
+    stop_at_success: float | None = _f(
+        None,
+        "Stop after a validation (trainer.val_every) whose success reaches this, then "
+        "checkpoint and export final/ as at total_steps (which still caps the run); early "
+        "stopping, kept across --resume. null = train to total_steps.",
+        gt=0.0,
+        le=1.0,
+        example=0.95,
+    )
     val_every: int = _f(10, "Validate every N steps; 0 = never.", ge=0)
     val_seeds: int = _f(VALIDATION_SEEDS, "Number of fixed validation seeds.", ge=1)
     val_seed_start: int = _f(VALIDATION_SEED_START, "First validation seed.", ge=0)

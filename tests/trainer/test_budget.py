@@ -124,3 +124,39 @@ def test_a_resumed_run_takes_its_minutes_from_the_checkpoint_or_its_metrics(tmp_
     assert resumed_minutes({STATE_KEY: 1.5}, tmp_path, step=2) == 1.5
     assert resumed_minutes({}, tmp_path, step=2) == pytest.approx(3.0)  # older checkpoint
     assert resumed_minutes({}, tmp_path / "no-metrics", step=2) == 0.0
+
+
+def test_a_validation_that_reaches_stop_at_success_spends_the_budget():
+    key = "val/bandit/success"
+    budget = TrainingBudget(None, stop_at_success=0.9, success_key=key)
+    assert not budget.validated(0, {key: 1.0})  # the start, before any training
+    assert not budget.validated(1, {"rollout/success": 1.0})  # no validation this step
+    assert not budget.validated(2, {key: 0.89}) and not budget.spent
+    assert budget.validated(4, {key: 0.9}) and budget.spent
+    assert not budget.out_of_time and budget.reached == (4, 0.9)
+    assert budget.validated(6, {key: 0.5})  # stays reached: the run stopped at step 4
+    assert budget.stop_line(4) == (
+        "trainer.stop_at_success=0.9 reached at step 4 (validation success 90.0%): "
+        "the run stops there"
+    )
+    line = budget.spent_line(4)
+    assert "\n" not in line and "raise trainer.stop_at_success" in line and "--resume" in line
+    never = TrainingBudget(None, success_key=key)  # no target: validation never stops it
+    assert not never.validated(3, {key: 1.0})
+
+
+def test_a_resumed_run_finds_the_validation_that_reached_its_target(tmp_path: Path):
+    key = "val/bandit/success"
+    rows = [
+        {"step": 0, key: 0.99},  # before training: never a stop
+        {"step": 2, "timing_s/step": 60.0, key: 0.5},
+        {"step": 4, "timing_s/step": 60.0, key: 0.96},
+        {"step": 6, "timing_s/step": 60.0, key: 0.97},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    budget = TrainingBudget(None, stop_at_success=0.95, success_key=key)
+    budget.resume({STATE_KEY: 2.0}, tmp_path, step=4)
+    assert budget.used_minutes == 2.0 and budget.reached == (4, 0.96)
+    earlier = TrainingBudget(None, stop_at_success=0.95, success_key=key)
+    earlier.resume({}, tmp_path, step=2)  # a checkpoint before it: train on
+    assert not earlier.spent and earlier.used_minutes == pytest.approx(1.0)

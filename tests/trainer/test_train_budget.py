@@ -1,6 +1,6 @@
-"""trainer.max_minutes end to end on tiny models: the budget stops a run after the step
-that spends it (validated, checkpointed, exported), changes none of the metrics of the
-steps that ran, and counts across --resume."""
+"""trainer.max_minutes and trainer.stop_at_success end to end on tiny models: the budget
+stops a run after the step that spends it (validated, checkpointed, exported), changes
+none of the metrics of the steps that ran, and counts across --resume."""
 
 from __future__ import annotations
 
@@ -101,6 +101,35 @@ def test_budget_stops_after_its_step_and_resume_counts_on(
     assert _without_validation(comparable(resumed)[5]) == comparable(expected)[5]
     for row in resumed[4:]:  # cumulative, as in the unbroken run (up to real save times)
         assert row[TRAIN_MINUTES] == pytest.approx(minutes[row["step"]], abs=0.2 / 60)
+
+
+def test_stop_at_success_ends_the_run_at_the_first_validation_that_reaches_it(
+    tmp_path: Path, bigram_model, make_bandit_config, capsys
+):
+    extra = {"trainer.val_every": "2", "trainer.val_seeds": "16", "trainer.save_every": "3"}
+
+    def train(run: Path, target: str, resume: bool = False) -> list[dict]:
+        settings = {**extra, "trainer.stop_at_success": target}
+        cfg = make_bandit_config("grpo", total_steps=6, **settings)
+        model, tokenizer = bigram_model()
+        return Trainer(cfg, run, resume=resume, model=model, tokenizer=tokenizer).train()
+
+    straight = tmp_path / "straight"
+    train(straight, "null")
+    expected = read_metrics(straight)
+    target, stop = expected[2]["val/bandit/success"], 2  # step 2 validates first
+    assert expected[2]["step"] == 2 and target > 0, "no success at step 2: no target"
+
+    run = tmp_path / "early"
+    train(run, repr(target))
+    assert _steps(run) == list(range(stop + 1))
+    assert comparable(read_metrics(run)) == comparable(expected)[: stop + 1]
+    assert f"step_{stop:06d}" in _checkpoints(run)  # saved off its cadence when it stops
+    assert (run / "final" / "config.json").is_file()
+    assert f"trainer.stop_at_success={target:g} reached at step {stop}" in capsys.readouterr().err
+    assert train(run, repr(target), resume=True) == []  # reached: nothing left to train
+    assert "nothing left to train" in capsys.readouterr().err
+    assert _steps(run) == list(range(stop + 1))
 
 
 def test_cli_budget_stops_early_and_a_spent_resume_exits_cleanly(

@@ -24,7 +24,7 @@ from starpo.registry import GENERATION_BACKENDS
 from starpo.rollout.evaluate import play_seeds
 from starpo.runs import RunFolder
 from starpo.timing import TRAIN_MINUTES, Timer, step_train_seconds
-from starpo.trainer.budget import TrainingBudget, resumed_minutes
+from starpo.trainer.budget import TrainingBudget
 from starpo.trainer.checkpoint import (
     check_free_space,
     check_writable,
@@ -105,7 +105,8 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.memory = ResponseMemory()
         self.guard = CollapseGuard(cfg.diagnostics, self.run_dir, self.say, resume=resume)
-        self.budget = TrainingBudget(cfg.trainer.max_minutes)  # minutes used: see _resume
+        stop_at, success_key = cfg.trainer.stop_at_success, f"val/{cfg.env.validation_id}/success"
+        self.budget = TrainingBudget(cfg.trainer.max_minutes, 0.0, stop_at, success_key)
         if resume:
             self._resume()
         save_config(cfg, self.folder.config)
@@ -141,9 +142,9 @@ class Trainer:
 
     # ------------------------------------------------------------------------- loop
     def train(self, until_step: int | None = None) -> list[dict[str, Any]]:
-        """Run the remaining steps (up to `until_step`, default all; fewer when the budget
-        trainer.max_minutes is spent); returns the metrics of every step logged in this
-        call. The final model is exported after the last step."""
+        """Run the remaining steps (up to `until_step`, default all; fewer once the budget
+        is spent: `trainer.max_minutes`, `trainer.stop_at_success`); returns the metrics of
+        every step logged in this call. The final model is exported after the last step."""
         total, history = self.cfg.trainer.total_steps, []
         last = total if until_step is None else min(until_step, total)
         if self.budget.spent:  # resumed with its budget used up: nothing left to train
@@ -154,15 +155,15 @@ class Trainer:
             if self.start_step == 0 and self.cfg.trainer.val_before_train:
                 history.append(self._log(0, self.validate(0)))
             for step in range(self.start_step + 1, last + 1):
-                metrics, out_of_time = self._step(step)
+                metrics, last_step = self._step(step)
                 skips = self.skips
                 verdict = self.guard.diagnose(step, metrics, skips.limit, skips.consecutive)
                 history.append(self._log(step, metrics))
-                if self._due(step, self.cfg.trainer.save_every, out_of_time) or step == last:
+                if self._due(step, self.cfg.trainer.save_every, last_step) or step == last:
                     self.save(step, healthy=verdict.state == "healthy")
                 if verdict.state == "collapse" and self.on_collapse(step):
                     break
-                if out_of_time:
+                if last_step:
                     self.say(self.budget.stop_line(step))
                     break
             self.wait_for_checkpoint()  # a background write's error stops the run here
@@ -221,8 +222,8 @@ class Trainer:
 
     def _step(self, step: int) -> tuple[dict[str, float], bool]:
         """One step and its validation when due, timed (timing_s/step includes the
-        validation); and whether its training time spent the budget (trainer.max_minutes),
-        which makes it the last step."""
+        validation); and whether it spent the budget (trainer.max_minutes, or a validation
+        reached trainer.stop_at_success), which makes it the last step."""
         timer = Timer()
         with timer("step"):
             metrics = self.train_step(step)
@@ -232,6 +233,7 @@ class Trainer:
         if every and self._due(step, every, out_of_time):
             with timer("step"):
                 metrics.update(self.validate(step))
+            out_of_time = self.budget.validated(step, metrics)
         metrics.update(timer.metrics())
         metrics[TRAIN_MINUTES] = self.budget.used_minutes
         return metrics, out_of_time
@@ -276,11 +278,9 @@ class Trainer:
 
     def batch(self, trajectories: list[Trajectory]) -> TrainBatch:
         """Padded training tensors of the kept trajectories, on the actor's device."""
-        batch = build_batch(
-            trajectories,
-            self.models.tokenizer.pad_token_id,
-            per_turn_rewards=self.cfg.algorithm.reward_placement == "per_turn",
-        )
+        pad = self.models.tokenizer.pad_token_id
+        per_turn = self.cfg.algorithm.reward_placement == "per_turn"
+        batch = build_batch(trajectories, pad, per_turn_rewards=per_turn)
         return batch.to(next(self.models.actor.parameters()).device)
 
     def update(self, step: int, batch: TrainBatch) -> dict[str, float]:
@@ -384,7 +384,7 @@ class Trainer:
         restore_rng_state(state["rng"])
         self.skips.consecutive = int(trainer_state.get("consecutive_skips", 0))
         self.start_step = int(state["step"])
-        self.budget.used_minutes = resumed_minutes(trainer_state, self.run_dir, self.start_step)
+        self.budget.resume(trainer_state, self.run_dir, self.start_step)
         diagnostics = state.get("diagnostics") or {}
         if diagnostics:
             self.memory.load_state_dict(diagnostics["memory"])
