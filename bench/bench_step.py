@@ -51,10 +51,21 @@ class Contender:
     overrides: tuple[str, ...] = ()
 
 
-#: The first is the preset as it is; the others each switch one lever.
+FIRST_TURN_FORMAT = ("rollout.format_every_turn=false",)
+LORA = ("model.lora.enabled=true",)
+# Half the episodes per step, one group of 8 trained: the cost side of the batch shape
+# (what it costs in learning is issue 35's to measure).
+SMALL_BATCH = ("rollout.num_groups=4", "optim.mini_batch_size=8", "optim.micro_batch_size=8")
+
+#: The first is the preset as it is; the others each switch one lever. Only the exact ones
+#: must play the same episodes: a different prompt layout or batch plays different ones.
 CONTENDERS = (
-    Contender("preset: a cache row per episode"),
+    Contender("preset"),
     Contender("shared histories (exact)", ("rollout.share_histories=true",)),
+    Contender("format reminder in turn 1 only", FIRST_TURN_FORMAT),
+    Contender("LoRA r=64 adapters", LORA),
+    Contender("4 groups x 8, train 1 group", SMALL_BATCH),
+    Contender("all three above", FIRST_TURN_FORMAT + LORA + SMALL_BATCH),
 )
 
 
@@ -181,33 +192,48 @@ def same_episodes(a: StepFigures, b: StepFigures) -> bool:
     return all([t.token_ids for t in x] == [t.token_ids for t in y] for x, y in pairs)
 
 
+HEADER = (
+    f"  {'contender':<34}{'rollout s':>10}{'update s':>10}{'other s':>9}{'step s':>9}"
+    f"{'speed-up':>9}  {'prefilled':>9}{'decoded':>8}{'trained':>8}"
+    f"{'roll %pk':>9}{'upd %pk':>8}  same  episodes"
+)
+
+
+def row(name: str, r: StepFigures, base: StepFigures, peak: float) -> str:
+    """One contender's line of the table, against the first contender `base`."""
+    roll_share = r.rollout_flops / max(r.rollout_s, 1e-9) / 1e9 / peak
+    upd_share = r.update_flops / max(r.update_s, 1e-9) / 1e9 / peak
+    return (
+        f"  {name:<34}{r.rollout_s:>10.1f}{r.update_s:>10.1f}{r.other_s:>9.1f}"
+        f"{r.total_s:>9.1f}{base.total_s / r.total_s:>8.2f}x  {r.prefilled:>9}"
+        f"{r.decoded:>8}{r.trained:>8}{roll_share:>9.1%}{upd_share:>8.1%}"
+        f"  {'yes' if same_episodes(base, r) else 'no ':<4}  {episode_summary(r)}"
+    )
+
+
+def episode_summary(r: StepFigures) -> str:
+    """Success and turns of the episodes a contender played."""
+    episodes = [t for step in r.episodes for t in step]
+    successes = sum(t.success for t in episodes) / max(len(episodes), 1)
+    turns = sum(len(t.turns) for t in episodes) / max(len(episodes), 1)
+    return f"{len(episodes)}, success {successes:.1%}, {turns:.1f} turns"
+
+
 def report(env: str, steps: int, results: dict[str, StepFigures], peak: float) -> None:
     base = next(iter(results.values()))
     print(f"\n{env}: {PRESETS[env]}, {steps} step(s) from the SFT policy")
-    header = (
-        f"  {'contender':<34}{'rollout s':>10}{'update s':>10}{'other s':>9}{'step s':>9}"
-        f"{'speed-up':>9}  {'prefilled':>9}{'decoded':>8}{'trained':>8}"
-        f"{'roll %pk':>9}{'upd %pk':>8}  same"
-    )
-    print(header)
+    print(HEADER)
     for name, r in results.items():
-        roll_share = r.rollout_flops / max(r.rollout_s, 1e-9) / 1e9 / peak
-        upd_share = r.update_flops / max(r.update_s, 1e-9) / 1e9 / peak
-        print(
-            f"  {name:<34}{r.rollout_s:>10.1f}{r.update_s:>10.1f}{r.other_s:>9.1f}"
-            f"{r.total_s:>9.1f}{base.total_s / r.total_s:>8.2f}x  {r.prefilled:>9}"
-            f"{r.decoded:>8}{r.trained:>8}{roll_share:>9.1%}{upd_share:>8.1%}"
-            f"  {'yes' if same_episodes(base, r) else 'no'}"
-        )
-    all_episodes = [t for step in base.episodes for t in step]
-    duplicates, total = duplicate_share(all_episodes)
-    successes = sum(t.success for t in all_episodes)
-    turns = sum(len(t.turns) for t in all_episodes) / max(len(all_episodes), 1)
+        print(row(name, r, base, peak))
+    duplicates, total = duplicate_share([t for step in base.episodes for t in step])
     print(
-        f"  episodes: {len(all_episodes)}, success {successes / max(len(all_episodes), 1):.1%}, "
-        f"{turns:.1f} turns each; duplicate (episode, turn) histories: {duplicates} of "
+        f"  {name_of_first(results)}: duplicate (episode, turn) histories {duplicates} of "
         f"{total} ({duplicates / max(total, 1):.1%})"
     )
+
+
+def name_of_first(results: dict[str, StepFigures]) -> str:
+    return next(iter(results))
 
 
 def parse_args() -> argparse.Namespace:
@@ -245,9 +271,10 @@ def main() -> None:
         results = {}
         for contender in chosen:
             print(f"[{env}] {contender.name} ...", flush=True)
-            results[contender.name] = run_contender(
-                PRESETS[env], models[env], contender, args.steps
-            )
+            figures = run_contender(PRESETS[env], models[env], contender, args.steps)
+            results[contender.name] = figures
+            first = next(iter(results.values()))
+            print(HEADER + "\n" + row(contender.name, figures, first, peak), flush=True)
         report(env, args.steps, results, peak)
 
 

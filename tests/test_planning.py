@@ -301,6 +301,8 @@ MEASURED_CONFIGS = {
     "rollout-bound": (
         "cpu-bandit-starpo-s",
         [
+            "rollout.num_groups=16",  # the demo's 128 episodes before it went to 64
+            "rollout.share_histories=false",  # a row per episode, as the plan assumes
             "rollout.max_new_tokens=24",
             "rollout.backend=hf",
             "filter.ratio=0.125",

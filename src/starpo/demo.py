@@ -1,7 +1,7 @@
 """`make demo`: train the embedded SmolLM2-135M-Instruct with StarPO-S on the Bandit, on a
 CPU, and show validation success before and after with 95% intervals.
 
-    python -m starpo.demo                 # the training demo (about 5 minutes on 2 cores)
+    python -m starpo.demo                 # the training demo (about 3 minutes on 2 cores)
     python -m starpo.demo --envs          # each env played by the solver and a random agent
     python -m starpo.demo --steps 5       # a shorter run
     python -m starpo.demo --env sokoban   # the multi-turn recipe: base, SFT, SFT + StarPO-S
