@@ -145,7 +145,10 @@ def run_contender(cfg_name: str, model_dir: Path, contender: Contender, steps: i
             fed_before = backend.tokens_fed
             started = time.perf_counter()
             captured = capture_rollout(trainer)
-            metrics = trainer.train_step(step)
+            # Steps count from 1, as in training: step 0 would also run the MI probe
+            # (diagnostics.mi_every divides it), ~18 s on Sokoban that a real step pays
+            # one step in ten.
+            metrics = trainer.train_step(step + 1)
             wall = time.perf_counter() - started
             trajectories = captured.pop()
             decoded = sum(sum(t.loss_mask) for t in trajectories)
