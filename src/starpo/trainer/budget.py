@@ -71,6 +71,8 @@ class TrainingBudget:
         """Take up a run resumed from its checkpoint of `step`: the minutes it had used,
         and a validation up to that step that reached `stop_at_success`."""
         self.used_minutes = resumed_minutes(trainer_state, run_dir, step)
+        if self.stop_at_success is None:
+            return  # no target to find: the metrics lines need not be read
         for row in read_metrics(run_dir):
             if row["step"] <= step:
                 self.validated(int(row["step"]), row)

@@ -228,15 +228,15 @@ class Trainer:
         with timer("step"):
             metrics = self.train_step(step)
         metrics.update(self.saver.take_cost())  # the previous save's cost, once
-        out_of_time = self.budget.charge(step_train_seconds({**metrics, **timer.metrics()}))
+        last_step = self.budget.charge(step_train_seconds({**metrics, **timer.metrics()}))
         every = self.cfg.trainer.val_every
-        if every and self._due(step, every, out_of_time):
+        if every and self._due(step, every, last_step):
             with timer("step"):
                 metrics.update(self.validate(step))
-            out_of_time = self.budget.validated(step, metrics)
+            last_step = self.budget.validated(step, metrics)
         metrics.update(timer.metrics())
         metrics[TRAIN_MINUTES] = self.budget.used_minutes
-        return metrics, out_of_time
+        return metrics, last_step
 
     def train_step(self, step: int) -> dict[str, float]:
         """One StarPO iteration: rollout -> filter -> advantages -> update; its metrics."""
