@@ -10,7 +10,7 @@ import torch
 
 from starpo.models.precision import rollout_dtype
 from starpo.registry import GENERATION_BACKENDS
-from starpo.rollout import RolloutEngine, RolloutSettings, hf_backend
+from starpo.rollout import RolloutEngine, RolloutSettings, hf_backend, lean_decoder
 from starpo.rollout.backend import GenerationRequest, SamplingParams
 from starpo.rollout.hf_backend import (
     HFBackend,
@@ -234,13 +234,21 @@ COMMON = list(range(30, 60))  # a 30-token common start, as a system prompt is
 SHARED_START = [COMMON + [5, 6], COMMON + [5, 6], COMMON + [7], COMMON + [8, 9, 10, 11]]
 
 
-@pytest.mark.parametrize("backend_class", [HFBackend, LeanBackend])
+@pytest.mark.parametrize(
+    "backend_class,copy_from",
+    [(HFBackend, None), (LeanBackend, 16), (LeanBackend, 10**6)],
+    ids=["hf", "lean", "lean-two-matmuls"],
+)
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_a_common_prompt_start_is_encoded_once_and_changes_nothing(
-    tiny, backend_class, temperature, monkeypatch
+    tiny, backend_class, copy_from, temperature, monkeypatch
 ):
+    # The second turn feeds 1-19 tokens a row: on the lean backend a feed that wide reads
+    # the shared blocks copied into each row (FUSED_SHARED_WIDTH), or through two matmuls.
     model, tokenizer = tiny
     params = SamplingParams(max_new_tokens=8, temperature=temperature)
+    if copy_from is not None:
+        monkeypatch.setattr(lean_decoder, "FUSED_SHARED_WIDTH", copy_from)
 
     def play(share: bool):
         monkeypatch.setattr(hf_backend, "MIN_COMMON_PREFIX", 16 if share else 10**6)
@@ -251,7 +259,7 @@ def test_a_common_prompt_start_is_encoded_once_and_changes_nothing(
         requests = [GenerationRequest(i, list(p)) for i, p in enumerate(SHARED_START)]
         first = backend.generate(requests, params)
         second = backend.generate(
-            [GenerationRequest(i, [20, 21][: i % 2 + 1]) for i in range(4)], params
+            [GenerationRequest(i, list(range(20, 40))[: 1 + 6 * i]) for i in range(4)], params
         )
         return first + second, fed[0]
 
