@@ -106,6 +106,25 @@ def test_counted_linear_flops_equal_the_matmuls_torch_runs(monkeypatch, model, p
         assert size.tokens == prefix + rows * (width - prefix)
 
 
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-prompt", "no-shared-prompt"])
+def test_detached_context_counts_the_matmuls_it_runs(model, shared):
+    # optim.detach_context: every token forward once (the prompt once), then the read
+    # positions again with autograd (their forward is what the counter sees).
+    batch = grouped_batch().select(torch.arange(GROUP_SIZE))
+    if not shared:
+        batch.input_ids[:, 0] = torch.arange(10, 10 + GROUP_SIZE)
+    size = flops.detached_context_pass(model, batch, factor=1)
+    ops = counted(lambda: forward.policy_logprobs(model, batch, 1.0, False, detach_context=True))
+    shape = flops.model_shape(model)
+    assert sum(ops.get(op, 0) for op in LINEAR_OPS) == linear_flops(shape, size, 1)
+    rows, width = batch.input_ids.shape
+    read = int(batch.loss_mask.any(dim=0)[1:].sum())
+    prefix = forward.shared_prefix_length(batch) if shared else 0
+    assert size.head_rows == rows * read
+    assert size.tokens == prefix + rows * (width - prefix) + rows * read
+    assert 0 < size.flops - linear_flops(shape, size, 1)  # and attention
+
+
 def test_packed_prompts_count_each_prompt_once_and_the_padding_they_run(monkeypatch, model):
     batch = grouped_batch().select(torch.arange(2 * GROUP_SIZE))  # two groups, two prompts
     monkeypatch.setattr(forward, "PACKING", "always")

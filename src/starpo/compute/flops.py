@@ -171,6 +171,29 @@ def training_pass(
     return with_head.times(factor)
 
 
+def detached_context_pass(
+    model: nn.Module, batch: TrainBatch, factor: int = WITH_BACKWARD
+) -> PassSize | None:
+    """FLOPs of `policy_logprobs` with `detach_context` (see `compute.detached_context`):
+    every token once forward only (a shared prompt once, the tails padded), then the
+    positions that predict agent tokens forward and `factor` x, attending to all T + K
+    keys, with their LM-head rows; None for a model whose shape is unknown."""
+    shape = model_shape(model)
+    if shape is None:
+        return None
+    rows, width = batch.input_ids.shape
+    targets = torch.nonzero(batch.loss_mask.any(dim=0)).squeeze(1)
+    read = rows * int((targets > 0).sum())
+    prefix = forward.shared_prefix_length(batch) if rows > 1 else 0
+    prefix = prefix if prefix >= forward.MIN_SHARED_PREFIX else 0
+    context_tokens = prefix + rows * (width - prefix)
+    tails = torch.full((rows,), width - prefix)
+    context = decoder_flops(shape, context_tokens, causal_pairs(prefix, tails))
+    reads = decoder_flops(shape, read, read * (width + read // rows)) + head_flops(shape, read)
+    real = int(batch.attention_mask.sum())
+    return PassSize(context + reads * factor, context_tokens + read, real, read)
+
+
 def critic_pass(
     backbone: nn.Module, batch: TrainBatch, factor: int = WITH_BACKWARD
 ) -> PassSize | None:

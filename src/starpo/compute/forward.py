@@ -19,6 +19,7 @@ from torch import nn
 
 from starpo.algorithms import entropy_from_logits, head_logprobs, token_logprobs
 from starpo.compute.batch import TrainBatch
+from starpo.compute.detached_context import hidden_at_read_positions
 from starpo.compute.packing import (
     PromptCluster,
     clusters_cost,
@@ -31,6 +32,7 @@ from starpo.compute.packing import (
     prompt_clusters,
 )
 from starpo.compute.segments import split_parts
+from starpo.errors import UserError
 from starpo.models.compat import cache_argument
 
 #: Shortest common prefix worth encoding once for the whole micro-batch.
@@ -346,7 +348,11 @@ def _compute_dtype(weight: torch.Tensor) -> torch.dtype:
 
 
 def policy_logprobs(
-    model: nn.Module, batch: TrainBatch, temperature: float, with_entropy: bool = True
+    model: nn.Module,
+    batch: TrainBatch,
+    temperature: float,
+    with_entropy: bool = True,
+    detach_context: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and entropy) of every agent token under `model` at `temperature`.
 
@@ -355,15 +361,32 @@ def policy_logprobs(
     rows is encoded once. With a plain LM head (`plain_head_weight`) the log-probs come
     from the hidden states through `head_logprobs`, which never holds (B, K, vocab) logits
     nor their softmax; other models go through their own forward and full logits.
+
+    `detach_context` (approximate, `optim.detach_context`): while autograd records, the
+    gradient flows only through the positions that predict agent tokens
+    (`detached_context`); the values returned are the same.
     """
+    detach_context = detach_context and torch.is_grad_enabled()
     targets = torch.nonzero(batch.loss_mask.any(dim=0)).squeeze(1)  # (K,) token positions
     targets = targets[targets > 0]  # token 0 has no prediction
     labels = batch.input_ids[:, targets]  # (B, K)
     temperature = max(temperature, 1e-6)
     weight = plain_head_weight(model)
+    if detach_context:
+        _check_detachable(model, batch, weight)
     if weight is not None:
         sink = _tied_grad_sink(model, weight)
-        hidden = hidden_at(model, batch, targets - 1, sink)  # (B, K, H)
+        if detach_context:
+            prefix = shared_prefix_length(batch) if len(batch) > 1 else 0
+            hidden = hidden_at_read_positions(
+                model,
+                batch,
+                targets - 1,
+                embed=lambda ids: _embed(model, ids, sink),
+                prefix=prefix if prefix >= MIN_SHARED_PREFIX else 0,
+            )
+        else:
+            hidden = hidden_at(model, batch, targets - 1, sink)  # (B, K, H)
         picked, entropy_k = head_logprobs(
             hidden.flatten(0, 1),
             weight,
@@ -384,6 +407,23 @@ def policy_logprobs(
         return logprobs * batch.loss_mask, None
     entropy = torch.zeros_like(batch.loss_mask).index_copy(1, targets, entropy_k)
     return logprobs * batch.loss_mask, entropy * batch.loss_mask
+
+
+def _check_detachable(model: nn.Module, batch: TrainBatch, head: torch.Tensor | None) -> None:
+    """optim.detach_context runs the plain-head path on rows of one sequence each."""
+    if head is None:
+        kind = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
+        raise UserError(
+            f"optim.detach_context needs a model whose logits are lm_head(hidden state) "
+            f"({', '.join(sorted(PLAIN_HEAD_MODEL_TYPES))}); this one is {kind}: set "
+            "optim.detach_context=false"
+        )
+    if batch.segment_ids is not None:
+        raise UserError(
+            "optim.detach_context does not support a rollout.context_window that rebuilds "
+            "prompts (rows of several sequences) yet; set optim.detach_context=false or "
+            "rollout.context_window=full"
+        )
 
 
 def reference_logprobs(

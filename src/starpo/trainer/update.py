@@ -94,7 +94,9 @@ def actor_loss(
     """
     algo = cfg.algorithm
     with models.precision.autocast():
-        logprobs, entropy = policy_logprobs(models.actor, micro, cfg.rollout.temperature)
+        logprobs, entropy = policy_logprobs(
+            models.actor, micro, cfg.rollout.temperature, detach_context=cfg.optim.detach_context
+        )
     if micro.old_logprobs is None:  # before any update: the old policy is this one
         micro.old_logprobs = logprobs.detach()
     is_weights = None
@@ -161,11 +163,14 @@ def _merge(parts: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
     return merged
 
 
-def micro_batch_flops(models: TrainModels, micro: TrainBatch) -> float:
+def micro_batch_flops(
+    models: TrainModels, micro: TrainBatch, detach_context: bool = False
+) -> float:
     """FLOPs of one micro-batch's forward and backward in the update (actor, and critic
     when there is one), counted by `flops`; 0 for a model of unknown shape."""
     factor = flops.WITH_FROZEN_BACKWARD if models.uses_lora else flops.WITH_BACKWARD
-    passes = [flops.training_pass(models.actor, micro, factor=factor)]
+    actor_pass = flops.detached_context_pass if detach_context else flops.training_pass
+    passes = [actor_pass(models.actor, micro, factor=factor)]
     if models.critic is not None:
         passes.append(flops.critic_pass(models.critic.backbone, micro, factor))
     return sum(p.flops for p in passes if p is not None)
@@ -189,7 +194,8 @@ def accumulate_gradients(
     if on_policy:
         mini.old_logprobs = torch.zeros_like(mini.loss_mask)
     for index, (rows, micro) in enumerate(mini.split(size)):
-        work += micro_batch_flops(models, micro)  # every learner's: the whole mini-batch's
+        # every learner's: the whole mini-batch's
+        work += micro_batch_flops(models, micro, cfg.optim.detach_context)
         if sync is not None and not sync.owns(index):
             continue
         if on_policy:
