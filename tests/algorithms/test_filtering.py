@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from starpo.algorithms import FILTER_MODES, filter_groups, num_kept
 from starpo.algorithms.filtering import (
     FilterRule,
+    choose_groups,
     group_weights,
     highest_std_first,
     loss_scale,
@@ -170,6 +171,16 @@ def test_top_p_linear_keeps_the_fewest_groups_reaching_the_share():
     # variance: 16, 9, 4, 1 of 30 -> cumulative 0.533, 0.833, 0.967, 1.0
     assert _kept(FilterRule(rule="top_p", top_p=0.8, metric="variance")) == [0, 1]
     assert _kept(FilterRule(rule="top_p", top_p=0.9, metric="variance")) == [0, 1, 2]
+
+
+def test_top_p_one_keeps_every_group_as_ragen2s_no_filter_baseline():
+    # Linear shares of [1.41, 0.71, 0, 0] reach 1 after two groups; p = 1 keeps all four,
+    # and without keep_zero_std the two whose rewards varied.
+    stds = [1.41, 0.71, 0.0, 0.0]
+    assert choose_groups(stds, FilterRule(rule="top_p", top_p=1.0)) == [0, 1, 2, 3]
+    no_zero = FilterRule(rule="top_p", top_p=1.0, keep_zero_std=False)
+    assert choose_groups(stds, no_zero) == [0, 1]
+    assert choose_groups(stds, FilterRule(rule="top_p", top_p=0.9)) == [0, 1]
 
 
 def test_top_p_softmax_shares():

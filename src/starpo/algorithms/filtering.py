@@ -160,6 +160,10 @@ def choose_groups(group_std: Sequence[float], rule: FilterRule) -> list[int]:
         count = num_kept(len(group_std), rule.ratio)
     elif rule.rule == "top_k":
         count = rule.top_k
+    elif rule.rule == "top_p" and rule.top_p >= 1.0:
+        # RAGEN-2's no-filter baseline: the whole nucleus, groups of zero share included
+        # (summing shares would stop as soon as the varying groups reach 1).
+        count = len(order)
     elif rule.rule == "top_p":
         count = nucleus_size(score_shares(ranked, rule.shares), rule.top_p)
     else:  # min_p: the scores are in descending order
