@@ -1,0 +1,180 @@
+"""The Echo Trap side by side: vanilla StarPO (GRPO and PPO) against StarPO-S, same model,
+learning rate, rollouts per step and seeds, several training seeds each, on a CPU.
+
+    python experiments/echo_trap.py --out runs/echo-trap-bandit              # run, then sum up
+    python experiments/echo_trap.py --out runs/echo-trap-bandit --steps 100  # go on further
+    python experiments/echo_trap.py --out runs/echo-trap-bandit --summary-only
+
+Every run is a `starpo train` of the Bandit demo preset (`cpu-bandit-starpo-s`: 8 groups x 8
+rollouts, lr 5e-6, validation on 256 seeds every 5 steps) without its early stop, changed
+only as its arm says:
+
+- `starpo-s`: the preset: top-25% groups by reward std, no KL, clip 0.2 / 0.28, GRPO;
+- `vanilla-grpo`: RAGEN's vanilla StarPO with GRPO: every group trained, KL 0.001 to the
+  reference model, clip 0.2 / 0.2;
+- `vanilla-ppo`: the same with PPO: a critic and GAE instead of group-normalised returns.
+
+Each arm makes one optimizer update per step (its mini-batch is all it trains: 16
+trajectories for StarPO-S, 64 for vanilla), so the arms differ in what the paper's StarPO-S
+changes, not in how many updates the learning rate is applied over. The runs go one after
+another (seed by seed, so stopping early leaves every arm with as many seeds), each with
+`--resume auto`: rerunning the command continues where a stopped session left off, and a
+larger `--steps` extends finished runs.
+
+Then `results.json` (a row per arm and seed: `collapse_step` by `diagnostics.outcome`'s
+definition, best and final validation success, the detector's first alert, steps and
+minutes; the median per arm) and `starpo report` figures per seed (validation success,
+in-group reward std, entropy, gradient norm and the detector's alerts, arm against arm).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from starpo.diagnostics.outcome import COLLAPSE_DROP, best_success, collapse_step  # noqa: E402
+from starpo.run_metrics import metric_curves, read_alerts, read_metrics  # noqa: E402
+
+PRESET = "cpu-bandit-starpo-s"
+VANILLA = ["filter.enabled=false", "algorithm.kl_coef=0.001", "algorithm.clip_high=0.2"]
+ARMS = {
+    "starpo-s": [],
+    "vanilla-grpo": [*VANILLA, "optim.mini_batch_size=64"],
+    "vanilla-ppo": [*VANILLA, "algorithm.adv_estimator=gae", "optim.mini_batch_size=64"],
+}
+COMMON = ["trainer.stop_at_success=null", "trainer.save_every=5", "trainer.val_every=5"]
+
+
+def run_dir(out: Path, arm: str, seed: int) -> Path:
+    return out / f"{arm}-seed{seed}"
+
+
+def train(out: Path, arm: str, seed: int, steps: int, extra: list[str]) -> float:
+    """One run to `steps` (continued when its folder holds one); its wall seconds."""
+    folder = run_dir(out, arm, seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        sys.executable, "-m", "starpo", "train", "--config", PRESET, "--out", str(folder),
+        "--resume", "auto", "--quiet", f"trainer.seed={seed}",
+        f"trainer.total_steps={steps}", *COMMON, *ARMS[arm], *extra,
+    ]  # fmt: skip
+    print("$", " ".join(cmd[2:]), flush=True)
+    started = time.perf_counter()
+    with open(folder / "train.log", "a") as log:
+        done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ)
+    seconds = time.perf_counter() - started
+    print(f"  {folder.name}: exit {done.returncode} after {seconds:.0f} s", flush=True)
+    return seconds
+
+
+def summarise_run(folder: Path, env: str) -> dict:
+    """A run's row: collapse step, best / final validation success, first alert, size."""
+    records = read_metrics(folder, skip_broken=True)
+    curves = metric_curves(records)
+    steps, success = curves.get(f"val/{env}/success", ([], []))
+    alerts = [a for a in read_alerts(folder, skip_broken=True) if a.get("severity") != "info"]
+    minutes = curves.get("perf/train_minutes", ([], [0.0]))[1]
+    return {
+        "collapse_step": collapse_step(steps, success),
+        "best_success": best_success(success),
+        "final_success": success[-1] if success else None,
+        "first_alert_step": alerts[0]["step"] if alerts else None,
+        "first_alert_rule": alerts[0].get("rule") if alerts else None,
+        "steps": records[-1]["step"] if records else 0,
+        "train_minutes": round(minutes[-1], 2) if minutes else 0.0,
+        "validation": {"steps": steps, "success": success},
+    }
+
+
+def summarise(out: Path, seeds: list[int]) -> dict:
+    rows = {}
+    for arm in ARMS:
+        for seed in seeds:
+            folder = run_dir(out, arm, seed)
+            if (folder / "metrics.jsonl").exists():
+                rows[f"{arm} seed {seed}"] = {
+                    "arm": arm,
+                    "seed": seed,
+                    **summarise_run(folder, "bandit"),
+                }
+    medians = {}
+    for arm in ARMS:
+        mine = [r for r in rows.values() if r["arm"] == arm]
+        if not mine:
+            continue
+        collapsed = [r["collapse_step"] for r in mine if r["collapse_step"] is not None]
+        medians[arm] = {
+            "runs": len(mine),
+            "collapsed": len(collapsed),
+            "median_collapse_step": statistics.median(collapsed) if collapsed else None,
+            "median_best_success": statistics.median(r["best_success"] or 0 for r in mine),
+            "median_final_success": statistics.median(r["final_success"] or 0 for r in mine),
+        }
+    return {
+        "env": "bandit",
+        "env_kwargs": {},
+        "preset": PRESET,
+        "arms": {arm: ARMS[arm] + COMMON for arm in ARMS},
+        "collapse_definition": (
+            f"validation success falls at least {COLLAPSE_DROP:.0%} points under its best so "
+            "far and stays there at every later validation (starpo.diagnostics.outcome)"
+        ),
+        "rows": rows,
+        "medians": medians,
+    }
+
+
+def print_table(results: dict) -> None:
+    head = f"{'collapse':>10}{'best':>8}{'final':>8}{'1st alert':>11}{'steps':>7}{'min':>7}"
+    print(f"\n{'run':<24}{head}")
+    for name, r in results["rows"].items():
+        collapse = "none" if r["collapse_step"] is None else str(r["collapse_step"])
+        alert = "-" if r["first_alert_step"] is None else str(r["first_alert_step"])
+        best = f"{r['best_success']:.1%}" if r["best_success"] is not None else "-"
+        final = f"{r['final_success']:.1%}" if r["final_success"] is not None else "-"
+        print(
+            f"{name:<24}{collapse:>10}{best:>8}{final:>8}{alert:>11}{r['steps']:>7}{r['train_minutes']:>7.1f}"
+        )
+    for arm, m in results["medians"].items():
+        print(
+            f"median {arm}: {m['collapsed']}/{m['runs']} collapsed, step "
+            f"{m['median_collapse_step']}, best {m['median_best_success']:.1%}, final "
+            f"{m['median_final_success']:.1%}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("runs/echo-trap-bandit"))
+    parser.add_argument("--steps", type=int, default=60, help="training steps of every run")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--summary-only", action="store_true", help="only sum up the runs")
+    parser.add_argument("overrides", nargs="*", help="dotted overrides for every run")
+    args = parser.parse_args(argv)
+    if not args.summary_only:
+        for seed in args.seeds:
+            for arm in args.arms:
+                train(args.out, arm, seed, args.steps, args.overrides)
+    results = summarise(args.out, args.seeds)
+    (args.out / "results.json").write_text(json.dumps(results, indent=1))
+    print_table(results)
+    for seed in args.seeds:
+        runs = [str(run_dir(args.out, arm, seed)) for arm in ARMS
+                if (run_dir(args.out, arm, seed) / "metrics.jsonl").exists()]  # fmt: skip
+        if runs:
+            report = [sys.executable, "-m", "starpo", "report", *runs]
+            subprocess.run([*report, "--out", str(args.out / f"report-seed{seed}")], check=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
