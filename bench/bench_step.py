@@ -57,6 +57,9 @@ LORA = ("model.lora.enabled=true",)
 # (what it costs in learning is issue 35's to measure).
 SMALL_BATCH = ("rollout.num_groups=4", "optim.mini_batch_size=8", "optim.micro_batch_size=8")
 
+# Approximate, opt-in: gradient only through the positions that predict agent tokens.
+DETACHED_CONTEXT = ("optim.detach_context=true",)
+
 #: The first is the preset as it is; the others each switch one lever. Only the exact ones
 #: must play the same episodes: a different prompt layout or batch plays different ones.
 CONTENDERS = (
@@ -66,6 +69,10 @@ CONTENDERS = (
     Contender("LoRA r=64 adapters", LORA),
     Contender("4 groups x 8, train 1 group", SMALL_BATCH),
     Contender("all three above", FIRST_TURN_FORMAT + LORA + SMALL_BATCH),
+    Contender("context without gradient (approx.)", DETACHED_CONTEXT),
+    Contender(
+        "format once + 4x8 + no ctx grad", FIRST_TURN_FORMAT + SMALL_BATCH + DETACHED_CONTEXT
+    ),
 )
 
 

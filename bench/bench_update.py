@@ -11,8 +11,9 @@ same run, and prints the ratio of the two update times.
 Three cases on the real default model (SmolLM2-135M-Instruct), built from trajectories with
 the project's own helpers (the rollout engine with a scripted backend, `build_batch`):
 
-- demo: the `cpu-bandit-starpo-s` update: GRPO, 4 groups x 8 bandit trajectories (the
-  real bandit prompt, 6 to 12 response tokens), one mini-batch of 32, micro-batches of 8;
+- demo: the `cpu-bandit-starpo-s` update: GRPO on the groups its filter keeps (2 groups x
+  8 bandit trajectories since 2026-12-04; 4 x 8 before: the real bandit prompt, 6 to 12
+  response tokens), as the preset's mini- and micro-batches;
 - trl:  1 group of 8 with a ~110-token prompt and 64 response tokens each (the size of
   the TRL comparison), one mini-batch, one micro-batch;
 - sokoban: the `cpu-sokoban-sft-starpo-s` update: GRPO, the 2 groups x 8 dialogues the
@@ -165,7 +166,9 @@ class Case:
 
 
 CASES = {
-    "demo": Case("demo", {}, lambda cfg, tok: demo_trajectories(cfg, tok, groups=4)),
+    "demo": Case(
+        "demo", {}, lambda cfg, tok: demo_trajectories(cfg, tok, cfg.groups_kept_per_step)
+    ),
     "trl": Case(
         "trl",
         {"optim.mini_batch_size": "8", "optim.micro_batch_size": "8"},

@@ -718,3 +718,14 @@ def test_random_valid_overrides_round_trip(chosen, tmp_path):
     path = tmp_path / "saved.yaml"
     save_config(cfg, path)
     assert load_config(path, []) == cfg
+
+
+def test_detach_context_refuses_a_context_window_before_any_work():
+    with pytest.raises(UserError, match="optim.detach_context=false or rollout.context_window"):
+        load_config(
+            "cpu-sokoban-sft-starpo-s",
+            ["optim.detach_context=true", "rollout.context_window=single_turn"],
+        )
+    assert load_config(
+        "cpu-sokoban-sft-starpo-s", ["optim.detach_context=true"]
+    ).optim.detach_context

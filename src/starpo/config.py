@@ -310,6 +310,12 @@ class TrainConfig(ConfigSection):
                 f"workers are not built); model.device={self.model.device} needs "
                 "rollout.workers=0"
             )
+        if self.optim.detach_context and self.rollout.context_window != "full":
+            raise UserError(
+                f"optim.detach_context does not support rollout.context_window="
+                f"{self.rollout.context_window} yet (rows of several sequences); set "
+                "optim.detach_context=false or rollout.context_window=full"
+            )
         if mini % micro:
             raise UserError(
                 f"optim.micro_batch_size={micro} does not divide optim.mini_batch_size={mini}; "

@@ -141,3 +141,14 @@ def test_a_model_without_a_plain_head_gets_a_clear_error(monkeypatch):
     monkeypatch.setattr(forward, "plain_head_weight", lambda model: None)
     with pytest.raises(UserError, match="optim.detach_context=false"):
         forward.policy_logprobs(model, dialogue_batch(24), 0.8, detach_context=True)
+
+
+def test_gradient_checkpointing_changes_nothing():
+    # The layers recompute in backward; pass 2 appends to the context's cache once.
+    from starpo.compute.activation_checkpointing import enable_gradient_checkpointing
+
+    batch = dialogue_batch(24)
+    model, _ = tiny_random_model(seed=1)
+    plain = _loss_and_grads(model, batch, detach=True)
+    enable_gradient_checkpointing(model)
+    _assert_close(_loss_and_grads(model, batch, detach=True), plain)

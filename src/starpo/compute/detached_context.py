@@ -11,7 +11,8 @@ do not change); the gradient drops the terms that reach the weights through the 
 keys and values, which is why it is opt-in.
 
 Two passes, at the sequences' own positions:
-1. no_grad: every token of every row, the shared prompt once, into a KV cache;
+1. no_grad: every token of every row, the shared prompt once, into a KV cache
+   (`prefix_cache.context_cache`);
 2. with grad: the tokens at the read positions only, each attending to the cached context
    before it and to the read positions of its own row up to itself (`read_attention_mask`).
 """
@@ -22,7 +23,28 @@ import torch
 from torch import nn
 
 from starpo.compute.batch import TrainBatch
+from starpo.errors import UserError
 from starpo.models.compat import cache_argument
+
+
+def check_detachable(
+    model: nn.Module, batch: TrainBatch, head: torch.Tensor | None, plain_heads: frozenset
+) -> None:
+    """optim.detach_context runs the plain-head path (`head`: the LM head's weight, None
+    for a model whose type is not among `plain_heads`) on rows of one sequence each."""
+    if head is None:
+        kind = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
+        raise UserError(
+            f"optim.detach_context needs a model whose logits are lm_head(hidden state) "
+            f"({', '.join(sorted(plain_heads))}); this one is {kind}: set "
+            "optim.detach_context=false"
+        )
+    if batch.segment_ids is not None:
+        raise UserError(
+            "optim.detach_context does not support a rollout.context_window that rebuilds "
+            "prompts (rows of several sequences) yet; set optim.detach_context=false or "
+            "rollout.context_window=full"
+        )
 
 
 def read_rows(batch: TrainBatch, positions: torch.Tensor) -> torch.Tensor:
@@ -64,45 +86,21 @@ def _as_attention_mask(allowed: torch.Tensor, kind: str, dtype: torch.dtype) -> 
     return blocked.masked_fill_(~allowed, torch.finfo(dtype).min)
 
 
-@torch.no_grad()
-def context_cache(decoder: nn.Module, batch: TrainBatch, prefix: int):
-    """Pass 1: the KV cache of every token of every row, without autograd. A prompt of
-    `prefix` tokens that all rows share (0: none) is encoded once and its cache broadcast."""
-    from starpo.compute.forward import _share_cache
-
-    name = cache_argument(decoder)
-    ids = batch.input_ids
-    rows, length = ids.shape
-    if not prefix:
-        out = decoder(input_ids=ids, attention_mask=batch.attention_mask, use_cache=True)
-        return out.get(name)
-    cache = decoder(input_ids=ids[:1, :prefix], use_cache=True).get(name)
-    _share_cache(cache, rows, ids.device)
-    decoder(
-        input_ids=ids[:, prefix:],
-        attention_mask=batch.attention_mask,
-        position_ids=torch.arange(prefix, length, device=ids.device).expand(rows, -1),
-        use_cache=True,
-        **{name: cache},
-    )
-    return cache
-
-
 def hidden_at_read_positions(
     model: nn.Module,
     batch: TrainBatch,
     positions: torch.Tensor,
     embed,
-    prefix: int,
+    cache,
 ) -> torch.Tensor:
-    """Final hidden states (B, K, H) at `positions`, as `forward.hidden_at` computes them,
-    with gradient only through the positions each row reads (`read_rows`).
+    """Pass 2: final hidden states (B, K, H) at `positions`, as `forward.hidden_at`
+    computes them, with gradient only through the positions each row reads (`read_rows`).
 
     `embed(ids)`: the input embeddings with gradient (`forward._embed`, so a tied LM head
-    keeps its single weight gradient); `prefix`: the shared prompt length for pass 1.
+    keeps its single weight gradient); `cache`: pass 1's, every token's keys and values
+    without autograd (`prefix_cache.context_cache`).
     """
     decoder = model.get_decoder()
-    cache = context_cache(decoder, batch, prefix)
     read = read_rows(batch, positions)
     allowed = read_attention_mask(batch, positions, read)
     embeds = embed(batch.input_ids[:, positions])

@@ -19,7 +19,7 @@ from torch import nn
 
 from starpo.algorithms import entropy_from_logits, head_logprobs, token_logprobs
 from starpo.compute.batch import TrainBatch
-from starpo.compute.detached_context import hidden_at_read_positions
+from starpo.compute.detached_context import check_detachable, hidden_at_read_positions
 from starpo.compute.packing import (
     PromptCluster,
     clusters_cost,
@@ -31,8 +31,8 @@ from starpo.compute.packing import (
     plain_cost,
     prompt_clusters,
 )
+from starpo.compute.prefix_cache import context_cache, share_cache
 from starpo.compute.segments import split_parts
-from starpo.errors import UserError
 from starpo.models.compat import cache_argument
 
 #: Shortest common prefix worth encoding once for the whole micro-batch.
@@ -140,28 +140,6 @@ def _tied_grad_sink(model: nn.Module, weight: torch.Tensor) -> list | None:
     return [] if plain and trains and embed.weight is weight else None
 
 
-def _share_cache(cache, rows: int, device: torch.device) -> None:
-    """Give all `rows` the prefix's KV cache (computed for one row), differentiably.
-
-    Broadcast views (`expand`), not copies: each layer's cache update concatenates them with
-    the rows' own keys anyway, and the backward of a view sums the rows' gradients in one
-    reduction (an index copy's backward scatters them one by one). A cache without plain
-    per-layer key and value tensors falls back to the cache's own row selection.
-    """
-    layers = getattr(cache, "layers", None) or []
-    plain = all(
-        isinstance(getattr(layer, "keys", None), torch.Tensor)
-        and isinstance(getattr(layer, "values", None), torch.Tensor)
-        for layer in layers
-    )
-    if not layers or not plain:
-        cache.batch_select_indices(torch.zeros(rows, dtype=torch.long, device=device))
-        return
-    for layer in layers:
-        layer.keys = layer.keys.expand(rows, *layer.keys.shape[1:])
-        layer.values = layer.values.expand(rows, *layer.values.shape[1:])
-
-
 def _shared_prefix_pass(
     batch: TrainBatch,
     positions: torch.Tensor,
@@ -179,7 +157,7 @@ def _shared_prefix_pass(
     rows, length = batch.input_ids.shape
     early, late = positions[positions < prefix], positions[positions >= prefix]
     head, cache = run("prefix", early, use_cache=True)
-    _share_cache(cache, rows, positions.device)
+    share_cache(cache, rows, positions.device)
     tail, _ = run(
         "tail",
         late - prefix,
@@ -373,17 +351,16 @@ def policy_logprobs(
     temperature = max(temperature, 1e-6)
     weight = plain_head_weight(model)
     if detach_context:
-        _check_detachable(model, batch, weight)
+        check_detachable(model, batch, weight, PLAIN_HEAD_MODEL_TYPES)
     if weight is not None:
         sink = _tied_grad_sink(model, weight)
         if detach_context:
             prefix = shared_prefix_length(batch) if len(batch) > 1 else 0
+            cache = context_cache(
+                model.get_decoder(), batch, prefix if prefix >= MIN_SHARED_PREFIX else 0
+            )
             hidden = hidden_at_read_positions(
-                model,
-                batch,
-                targets - 1,
-                embed=lambda ids: _embed(model, ids, sink),
-                prefix=prefix if prefix >= MIN_SHARED_PREFIX else 0,
+                model, batch, targets - 1, lambda ids: _embed(model, ids, sink), cache
             )
         else:
             hidden = hidden_at(model, batch, targets - 1, sink)  # (B, K, H)
@@ -407,23 +384,6 @@ def policy_logprobs(
         return logprobs * batch.loss_mask, None
     entropy = torch.zeros_like(batch.loss_mask).index_copy(1, targets, entropy_k)
     return logprobs * batch.loss_mask, entropy * batch.loss_mask
-
-
-def _check_detachable(model: nn.Module, batch: TrainBatch, head: torch.Tensor | None) -> None:
-    """optim.detach_context runs the plain-head path on rows of one sequence each."""
-    if head is None:
-        kind = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
-        raise UserError(
-            f"optim.detach_context needs a model whose logits are lm_head(hidden state) "
-            f"({', '.join(sorted(PLAIN_HEAD_MODEL_TYPES))}); this one is {kind}: set "
-            "optim.detach_context=false"
-        )
-    if batch.segment_ids is not None:
-        raise UserError(
-            "optim.detach_context does not support a rollout.context_window that rebuilds "
-            "prompts (rows of several sequences) yet; set optim.detach_context=false or "
-            "rollout.context_window=full"
-        )
 
 
 def reference_logprobs(
