@@ -56,6 +56,15 @@ def test_sft_cli_with_a_train_config_then_eval_of_its_output(
     assert code == 0 and (evaluated / "summary.json").is_file()
 
 
+def test_sft_cli_from_random_trains_on_every_random_episode(tmp_path, tiny_model_dir, capsys):
+    out = tmp_path / "warm"
+    args = ["--config", "cpu-frozenlake-sft-starpo-s", "--model", str(tiny_model_dir)]
+    assert sft(*args, "--from-random", "4", "--epochs", "1", "--out", str(out), "--quiet") == 0
+    assert "records 4, kept 4" in capsys.readouterr().out
+    data = json.loads((out / SUMMARY_FILE).read_text())["data"]
+    assert (data["from_random"], data["from_solver"], data["kept"]) == (4, 0, 4)
+
+
 def test_missing_file_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="no such file"):
         read_records([tmp_path / "nope.jsonl"])
@@ -108,6 +117,20 @@ def test_only_success_rule():
     assert not keep_by_outcome(failed_model, None)
     assert not keep_by_outcome(failed_solver, True)
     assert keep_by_outcome(failed_model, False)
+
+
+def test_from_random_plays_a_format_only_warm_start_kept_whatever_its_outcome():
+    loaded = gather_records([], from_solver=2, from_random=6, env_id="frozenlake")
+    played = loaded.records[2:]
+    assert loaded.sources == ["solver"] * 2 + ["random"] * 6
+    assert [r.seed for r in played] == list(range(100_002, 100_008))  # after the solver's
+    assert {r.policy for r in played} == {"random"}
+    failed = next(r for r in played if not r.success)  # random play on 4x4 ice mostly fails
+    assert keep_by_outcome(failed, None, "random")  # auto: the turns' form is the lesson
+    assert not keep_by_outcome(failed, None, "runs/eval/trajectories.jsonl:3")  # a file's
+    assert not keep_by_outcome(failed, True, "random")
+    with pytest.raises(UserError, match="--from-random needs --env"):
+        gather_records([], from_random=3)
 
 
 def test_only_failures_leave_nothing_to_train_on(tmp_path, tiny_model_dir):

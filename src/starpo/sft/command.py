@@ -88,7 +88,18 @@ def add_sft_parser(subparsers: Any) -> argparse.ArgumentParser:
         f"clear of the validation seeds {val.start}..{val.stop - 1} and of RL's training "
         f"seeds from 10000)",
     )
-    g.add_argument("--env", default=None, help="env of --from-solver (default: --config's)")
+    g.add_argument(
+        "--from-random",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also play the uniform random policy on N seeds after --from-solver's: a "
+        "format-only warm start (well-formed turns, no solving shown); all kept, whatever "
+        "their outcome, unless --only-success",
+    )
+    g.add_argument(
+        "--env", default=None, help="env of --from-solver / --from-random (default: --config's)"
+    )
     g.add_argument(
         "--seed-start",
         type=int,
@@ -168,10 +179,12 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
     options = TrainOptions(**{f.name: getattr(args, f.name) for f in fields(TrainOptions)})
     if args.actions_per_turn < 1:
         raise UserError(f"--actions-per-turn must be >= 1, got {args.actions_per_turn}")
-    if not 0 <= args.from_solver <= MAX_EPISODES:
-        raise UserError(
-            f"--from-solver must be between 0 and {MAX_EPISODES}, got {args.from_solver}"
-        )
+    for flag in ("from_solver", "from_random"):
+        if not 0 <= getattr(args, flag) <= MAX_EPISODES:
+            raise UserError(
+                f"--{flag.replace('_', '-')} must be between 0 and {MAX_EPISODES}, got "
+                f"{getattr(args, flag)}"
+            )
     return dict(
         model=args.model or model,
         data=list(args.data),
@@ -181,6 +194,7 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
         actions_per_turn=args.actions_per_turn,
         only_success=args.only_success,
         from_solver=args.from_solver,
+        from_random=args.from_random,
         env_id=args.env or env_id,
         seed_start=args.seed_start,
         env_kwargs={**env_kwargs, **parse_env_args(args.env_arg)},

@@ -98,11 +98,13 @@ def solver_records(
     *,
     seed_start: int = SOLVER_SEED_START,
     env_kwargs: dict[str, Any] | None = None,
+    policy: str = "solver",
 ) -> LoadedRecords:
-    """`num_episodes` solver episodes on seeds `seed_start`, `seed_start + 1`, ..., which
-    must not touch the fixed validation seeds."""
+    """`num_episodes` episodes of the solver (or of another reference `policy`: `random`
+    for a format-only warm start) on seeds `seed_start`, `seed_start + 1`, ..., which must
+    not touch the fixed validation seeds. Each record's source is the policy's name."""
     if num_episodes < 1:
-        raise UserError(f"--from-solver must be at least 1, got {num_episodes}")
+        raise UserError(f"--from-{policy} must be at least 1, got {num_episodes}")
     seeds = range(seed_start, seed_start + num_episodes)
     val = validation_seeds()
     if seeds.start < val.stop and val.start < seeds.stop:
@@ -111,9 +113,9 @@ def solver_records(
             f"{val.start}..{val.stop - 1}; use --seed-start {SOLVER_SEED_START} (the default)"
         )
     episodes = list(
-        play_episodes(env_id, "solver", num_episodes, seed_start=seed_start, env_kwargs=env_kwargs)
+        play_episodes(env_id, policy, num_episodes, seed_start=seed_start, env_kwargs=env_kwargs)
     )
-    return LoadedRecords(list(episodes), ["solver"] * len(episodes))
+    return LoadedRecords(list(episodes), [policy] * len(episodes))
 
 
 def warn_validation_seeds(records: Sequence[Record]) -> int:

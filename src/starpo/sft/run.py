@@ -44,13 +44,23 @@ DATA_FILE = runs.SFT_DATA_FILE  # the viewer shows it (`starpo view OUT`)
 NOT_SUCCESSFUL = "not successful (pass --no-only-success to keep it)"
 
 
-def keep_by_outcome(record: Record, only_success: bool | None) -> bool:
-    """Whether to train on `record` given its outcome. `only_success` True: successful
-    episodes only; False: all; None ("auto"): the solver's episodes whatever their outcome
-    (its every action is optimal, even when FrozenLake's ice made it fail), any other
-    policy's (a model's, a random policy's) only when successful."""
+#: Sources (`LoadedRecords.sources`) kept whatever their outcome under "auto": the
+#: solver's episodes (its every action is optimal, even when FrozenLake's ice made it fail)
+#: and those `--from-random` played (a format-only warm start: the turns' form is the
+#: lesson, and keeping only the lucky successes would teach some solving).
+KEEP_ALL_SOURCES = ("solver", "random")
+
+
+def keep_by_outcome(record: Record, only_success: bool | None, source: str = "") -> bool:
+    """Whether to train on `record` (from `source`) given its outcome. `only_success`
+    True: successful episodes only; False: all; None ("auto"): the solver's episodes and
+    `--from-random`'s whatever their outcome (KEEP_ALL_SOURCES), any other record (a
+    model's trajectory, a random policy's episode read from a file) only when successful."""
     if only_success is None:
-        only_success = not (isinstance(record, Episode) and record.policy == "solver")
+        episode = isinstance(record, Episode)
+        solver = episode and record.policy == "solver"
+        played_here = episode and source in KEEP_ALL_SOURCES and record.policy == source
+        only_success = not (solver or played_here)
     return record.success or not only_success
 
 
@@ -61,8 +71,10 @@ def gather_records(
     env_id: str | None = None,
     seed_start: int = SOLVER_SEED_START,
     env_kwargs: dict[str, Any] | None = None,
+    from_random: int = 0,
 ) -> LoadedRecords:
-    """Records given directly, read from paths, and played by the solver, in that order."""
+    """Records given directly, read from paths, played by the solver and by the random
+    policy (on the seeds after the solver's), in that order."""
     given = [d for d in data if isinstance(d, (Episode, Trajectory))]
     loaded = read_records([d for d in data if not isinstance(d, (Episode, Trajectory))])
     loaded.records[:0], loaded.sources[:0] = given, ["given"] * len(given)
@@ -72,10 +84,22 @@ def gather_records(
         solved = solver_records(env_id, from_solver, seed_start=seed_start, env_kwargs=env_kwargs)
         loaded.records += solved.records
         loaded.sources += solved.sources
+    if from_random:
+        if not env_id:
+            raise UserError("--from-random needs --env (the env the random policy plays)")
+        played = solver_records(
+            env_id,
+            from_random,
+            seed_start=seed_start + from_solver,
+            env_kwargs=env_kwargs,
+            policy="random",
+        )
+        loaded.records += played.records
+        loaded.sources += played.sources
     if not loaded.records:
         raise UserError(
-            "no SFT data: pass trajectories.jsonl files (from `starpo eval`) or "
-            "--from-solver N --env ENV"
+            "no SFT data: pass trajectories.jsonl files (from `starpo eval`), "
+            "--from-solver N or --from-random N (with --env ENV)"
         )
     return loaded
 
@@ -122,7 +146,11 @@ def prepare_examples(
     """Filter by outcome, replay, report what was skipped; (replay, all skip reasons)."""
     from tqdm import tqdm
 
-    wanted = [i for i, r in enumerate(loaded.records) if keep_by_outcome(r, only_success)]
+    wanted = [
+        i
+        for i, (record, source) in enumerate(zip(loaded.records, loaded.sources, strict=True))
+        if keep_by_outcome(record, only_success, source)
+    ]
     skipped: Counter[str] = Counter()
     if len(wanted) < len(loaded.records):
         skipped[NOT_SUCCESSFUL] = len(loaded.records) - len(wanted)
@@ -159,13 +187,14 @@ def run_sft(
     env_id: str | None = None,
     seed_start: int = SOLVER_SEED_START,
     env_kwargs: dict[str, Any] | None = None,
+    from_random: int = 0,
     device: str = "cpu",
     quiet: bool = False,
 ) -> dict[str, Any]:
     """Fine-tune `model` (a name, folder or hub id, or an in-process (model, tokenizer),
     trained in place) on
     `data` (trajectories.jsonl paths or eval folders, and/or records) plus `from_solver`
-    solver episodes of `env_id`, laid out as RL rollouts under `settings` (the RL run's
+    solver episodes and `from_random` random-policy episodes of `env_id`, laid out as RL rollouts under `settings` (the RL run's
     `RolloutSettings`; default: its defaults). Writes `out` (module docstring) and returns
     the summary written to `out/sft_summary.json`."""
     from starpo.models import load_model, load_tokenizer
@@ -178,7 +207,12 @@ def run_sft(
     log = console_logger("starpo.sft")
     say = (lambda _line: None) if quiet else log.info
     loaded = gather_records(
-        data, from_solver=from_solver, env_id=env_id, seed_start=seed_start, env_kwargs=env_kwargs
+        data,
+        from_solver=from_solver,
+        env_id=env_id,
+        seed_start=seed_start,
+        env_kwargs=env_kwargs,
+        from_random=from_random,
     )
     validation_records = warn_validation_seeds(loaded.records)
     in_process = isinstance(model, tuple)
@@ -217,6 +251,7 @@ def run_sft(
         "data": {
             **data_summary(loaded, replay, skipped),
             "from_solver": from_solver,
+            "from_random": from_random,
             "validation_seed_records": validation_records,
             "train_examples": len(train_idx),
             "val_examples": len(val_idx),
