@@ -194,8 +194,8 @@ def run_sft(
     """Fine-tune `model` (a name, folder or hub id, or an in-process (model, tokenizer),
     trained in place) on
     `data` (trajectories.jsonl paths or eval folders, and/or records) plus `from_solver`
-    solver episodes and `from_random` random-policy episodes of `env_id`, laid out as RL rollouts under `settings` (the RL run's
-    `RolloutSettings`; default: its defaults). Writes `out` (module docstring) and returns
+    solver episodes and `from_random` random-policy episodes of `env_id`, laid out as RL
+    rollouts under `settings` (the RL run's `RolloutSettings`; default: its defaults). Writes `out` (module docstring) and returns
     the summary written to `out/sft_summary.json`."""
     from starpo.models import load_model, load_tokenizer
     from starpo.sft.options import TrainOptions
