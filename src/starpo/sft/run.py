@@ -195,8 +195,9 @@ def run_sft(
     trained in place) on
     `data` (trajectories.jsonl paths or eval folders, and/or records) plus `from_solver`
     solver episodes and `from_random` random-policy episodes of `env_id`, laid out as RL
-    rollouts under `settings` (the RL run's `RolloutSettings`; default: its defaults). Writes `out` (module docstring) and returns
-    the summary written to `out/sft_summary.json`."""
+    rollouts under `settings` (the RL run's `RolloutSettings`; default: its defaults).
+    Writes `out` (module docstring) and returns the summary written to
+    `out/sft_summary.json`."""
     from starpo.models import load_model, load_tokenizer
     from starpo.sft.options import TrainOptions
     from starpo.sft.train import split_validation, train_epochs
