@@ -202,6 +202,28 @@ def test_a_resumed_recipe_made_with_other_sft_settings_is_refused(tmp_path, stub
     assert again["rows"]["SFT"]["label"] == "SFT (200 solver episodes, 3 epochs, lr 2e-4)"
 
 
+def test_a_format_only_warm_start_labels_its_rows_and_is_not_resumed_as_solver_sft(
+    tmp_path, stubbed, capsys, monkeypatch
+):
+    from starpo.demo import main
+
+    sources = []
+    stub = recipe_module.train_sft
+    monkeypatch.setattr(
+        recipe_module, "train_sft", lambda r, c, d: sources.append(r.sft_from) or stub(r, c, d)
+    )
+    argv = ["--env", "frozenlake", "--out", str(tmp_path), "--eval-seeds", "3", "--no-base"]
+    assert main([*argv, "--sft-from", "random", "--sft-episodes", "256"]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert sources == ["random"] and results["settings"]["sft_from"] == "random"
+    label = results["rows"]["SFT"]["label"]
+    assert label == "SFT (256 random-policy episodes: format only, 3 epochs, lr 2e-4)"
+    capsys.readouterr()
+    assert main([*argv, "--sft-episodes", "256"]) == 2  # the solver's SFT is another start
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "was made with --sft-from random, not --sft-from solver" in line
+
+
 def test_a_finished_rl_stage_with_another_budget_is_refused(tmp_path, stubbed):
     run_recipe("sokoban", tmp_path, eval_seeds=3, rl_minutes=10)
     with pytest.raises(UserError) as info:

@@ -114,7 +114,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 #: The recipe's own flags: they mean nothing without --env.
-RECIPE_FLAGS = ("sft_episodes", "sft_epochs", "rl_minutes", "methods")
+RECIPE_FLAGS = ("sft_episodes", "sft_epochs", "rl_minutes", "methods", "sft_from")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,6 +151,13 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=None,
         help=f"with --env: SFT epochs (default {recipe.sft_epochs})",
+    )
+    parser.add_argument(
+        "--sft-from",
+        default=None,
+        choices=("solver", "random"),
+        help="with --env: what SFT learns from: solver play (default) or random play (a "
+        "format-only warm start: well-formed turns, no solving shown)",
     )
     parser.add_argument(
         "--rl-minutes",
@@ -220,6 +227,7 @@ def run(args: argparse.Namespace) -> int:
             rl_minutes=args.rl_minutes,
             methods=args.methods or DEFAULT_METHODS,
             base_rows=not args.no_base,
+            sft_from=args.sft_from,
         )
         return 0
     out = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")

@@ -50,6 +50,8 @@ from starpo.recipe_methods import (
 from starpo.recipe_results import format_results, rl_label, sft_label, stage_minutes
 
 RESULTS_FILE = "results.json"
+#: What the SFT stage may learn from (`--sft-from`; see Recipe.sft_from).
+SFT_SOURCES = ("solver", "random")
 
 
 #: trainer.total_steps of an RL stage given --rl-minutes: more than any budget fits, so the
@@ -62,6 +64,7 @@ FLAGS = {
     "sft_episodes": "--sft-episodes",
     "sft_epochs": "--sft-epochs",
     "sft_lr": "SFT lr",
+    "sft_from": "--sft-from",
     "rl_minutes": "--rl-minutes",
     "rl_steps": "trainer.total_steps",
 }
@@ -140,6 +143,7 @@ def configure(
     sft_episodes: int | None = None,
     sft_epochs: int | None = None,
     rl_minutes: float | None = None,
+    sft_from: str | None = None,
 ) -> tuple[Recipe, list[str]]:
     """`env_id`'s recipe with the caller's choices (see `run_recipe`), and the overrides
     of its RL preset; a bad choice is a one-line UserError naming its flag. The caller's
@@ -153,7 +157,14 @@ def configure(
         ("--sft-epochs", sft_epochs),
     ):
         _check_count(flag, value)
-    chosen = {"eval_seeds": eval_seeds, "sft_episodes": sft_episodes, "sft_epochs": sft_epochs}
+    if sft_from is not None and sft_from not in SFT_SOURCES:
+        raise UserError(f"--sft-from must be one of {', '.join(SFT_SOURCES)}, got {sft_from!r}")
+    chosen = {
+        "eval_seeds": eval_seeds,
+        "sft_episodes": sft_episodes,
+        "sft_epochs": sft_epochs,
+        "sft_from": sft_from,
+    }
     recipe = replace(recipe, **{k: v for k, v in chosen.items() if v is not None})
     budget = []
     if rl_minutes is not None:
@@ -165,16 +176,23 @@ def configure(
 
 
 def sft_settings(recipe: Recipe) -> dict[str, Any]:
-    """What the SFT stage (and every stage after it) is made with."""
-    return {
+    """What the SFT stage (and every stage after it) is made with. The source of its
+    episodes only when it is not the solver (folders made before it could be chosen
+    recorded none, and are solver-made)."""
+    made = {
         "sft_episodes": recipe.sft_episodes,
         "sft_epochs": recipe.sft_epochs,
         "sft_lr": recipe.sft_lr,
     }
+    if recipe.sft_from != "solver":
+        made["sft_from"] = recipe.sft_from
+    return made
 
 
 def _show(key: str, value: Any) -> str:
     flag = FLAGS.get(key, key)
+    if key == "sft_from":  # recorded only when not the solver (see sft_settings)
+        return f"{flag} {value or 'solver'}"
     return f"no {flag}" if value is None else f"{flag} {value:g}"
 
 
@@ -209,8 +227,9 @@ def _kept_settings(folder: Path) -> dict[str, Any] | None:
 
 
 def train_sft(recipe: Recipe, cfg: Any, sft_dir: Path) -> dict[str, Any]:
-    """The SFT stage: `starpo sft` on solver episodes of training seeds, laid out as the
-    RL preset's rollouts, from `cfg.model.name` into `sft_dir`."""
+    """The SFT stage: `starpo sft` on solver (or random-policy: `recipe.sft_from`) episodes
+    of training seeds, laid out as the RL preset's rollouts, from `cfg.model.name` into
+    `sft_dir`."""
     import torch
 
     from starpo.models.precision import compute_dtype
@@ -228,7 +247,8 @@ def train_sft(recipe: Recipe, cfg: Any, sft_dir: Path) -> dict[str, Any]:
         cfg.rollout.settings(),
         sft_dir,
         options=options,
-        from_solver=recipe.sft_episodes,
+        from_solver=recipe.sft_episodes if recipe.sft_from == "solver" else 0,
+        from_random=recipe.sft_episodes if recipe.sft_from == "random" else 0,
         env_id=cfg.env.id,
         env_kwargs=dict(cfg.env.kwargs),
         device=cfg.model.device,
@@ -265,6 +285,7 @@ def run_recipe(
     rl_minutes: float | None = None,
     methods: Sequence[str] = DEFAULT_METHODS,
     base_rows: bool = True,
+    sft_from: str | None = None,
 ) -> dict[str, Any]:
     """All stages for `env_id` under `out`; returns (and writes) the results table.
     `quick`: a few seeds, steps and episodes, to try the whole path in minutes;
@@ -274,7 +295,8 @@ def run_recipe(
     recipe's); `rl_minutes`: each RL stage's budget of training minutes
     (trainer.max_minutes; its steps then do not bind unless `overrides` set them);
     `methods`: the RL methods (METHODS), each from the same SFT model; `base_rows`: also
-    evaluate the base model (with and without a think block)."""
+    evaluate the base model (with and without a think block); `sft_from`: "solver" (the
+    recipe's) or "random" (a format-only warm start)."""
     from starpo.config import load_config
 
     methods = check_methods(methods)
@@ -287,6 +309,7 @@ def run_recipe(
         sft_episodes=sft_episodes,
         sft_epochs=sft_epochs,
         rl_minutes=rl_minutes,
+        sft_from=sft_from,
     )
     cfg = load_config(recipe.preset, overrides)
     sft_dir = out / "sft"

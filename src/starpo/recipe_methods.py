@@ -16,9 +16,12 @@ class Recipe:
 
     env: str
     preset: str  # shipped config of the RL stage; its rollout section shapes SFT and evals
-    sft_episodes: int  # solver episodes from training seeds
+    sft_episodes: int  # solver (or random-policy, see sft_from) episodes from training seeds
     sft_epochs: int
     sft_lr: float
+    # What SFT learns from: "solver" play, or "random" play (a format-only warm start: the
+    # turn format without being shown how to solve; `starpo sft --from-random`).
+    sft_from: str = "solver"
     eval_seeds: int = 256  # validation seeds of every row (the 256)
     rl_minutes: float | None = None  # the RL stage's trainer.max_minutes (None: its steps)
     base_think_tokens: int = 128  # the base model's think-variant budget per turn ...

@@ -17,9 +17,13 @@ def _number(value: float) -> str:
 
 
 def sft_label(recipe: Recipe) -> str:
-    """E.g. "SFT (400 solver episodes, 5 epochs, lr 2e-4)"."""
+    """E.g. "SFT (400 solver episodes, 5 epochs, lr 2e-4)", or for a format-only warm
+    start "SFT (256 random-policy episodes: format only, 2 epochs, lr 2e-4)"."""
     epochs = f"{recipe.sft_epochs} epoch{'s' * (recipe.sft_epochs != 1)}"
-    return f"SFT ({recipe.sft_episodes} solver episodes, {epochs}, lr {_number(recipe.sft_lr)})"
+    played = "solver episodes"
+    if recipe.sft_from == "random":
+        played = "random-policy episodes: format only"
+    return f"SFT ({recipe.sft_episodes} {played}, {epochs}, lr {_number(recipe.sft_lr)})"
 
 
 def rl_label(label: str, rl: dict[str, Any], budget: float | None) -> str:
