@@ -57,15 +57,21 @@ def run_dir(out: Path, arm: str, seed: int) -> Path:
     return out / f"{arm}-seed{seed}"
 
 
-def train(out: Path, arm: str, seed: int, steps: int, extra: list[str]) -> float:
-    """One run to `steps` (continued when its folder holds one); its wall seconds."""
+def train_command(out: Path, arm: str, seed: int, steps: int, extra: list[str]) -> list[str]:
+    """The `starpo train` of one run (continued when its folder holds one)."""
     folder = run_dir(out, arm, seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    cmd = [
+    return [
         sys.executable, "-m", "starpo", "train", "--config", PRESET, "--out", str(folder),
         "--resume", "auto", "--quiet", f"trainer.seed={seed}",
         f"trainer.total_steps={steps}", *COMMON, *ARMS[arm], *extra,
     ]  # fmt: skip
+
+
+def train(out: Path, arm: str, seed: int, steps: int, extra: list[str]) -> float:
+    """One run to `steps` (continued when its folder holds one); its wall seconds."""
+    folder = run_dir(out, arm, seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    cmd = train_command(out, arm, seed, steps, extra)
     print("$", " ".join(cmd[2:]), flush=True)
     started = time.perf_counter()
     with open(folder / "train.log", "a") as log:
@@ -75,19 +81,40 @@ def train(out: Path, arm: str, seed: int, steps: int, extra: list[str]) -> float
     return seconds
 
 
+def train_all_at_once(out: Path, runs: list[tuple[str, int]], steps: int, extra: list[str]):
+    """Every run as its own process at the same time (one GPU holds them all), each
+    writing its train.log; returns when all have ended."""
+    running = []
+    for arm, seed in runs:
+        folder = run_dir(out, arm, seed)
+        folder.mkdir(parents=True, exist_ok=True)
+        cmd = train_command(out, arm, seed, steps, extra)
+        print("$", " ".join(cmd[2:]), flush=True)
+        log = open(folder / "train.log", "a")  # noqa: SIM115 - closed when the run ends
+        running.append((folder.name, subprocess.Popen(cmd, stdout=log, stderr=log), log))
+    for name, process, log in running:
+        print(f"  {name}: exit {process.wait()}", flush=True)
+        log.close()
+
+
 def summarise_run(folder: Path, env: str) -> dict:
     """A run's row: collapse step, best / final validation success, first alert, size."""
     records = read_metrics(folder, skip_broken=True)
     curves = metric_curves(records)
     steps, success = curves.get(f"val/{env}/success", ([], []))
     alerts = [a for a in read_alerts(folder, skip_broken=True) if a.get("severity") != "info"]
+    called = [a["step"] for a in alerts if a.get("state") == "collapse"]
     minutes = curves.get("perf/train_minutes", ([], [0.0]))[1]
+    last = records[-1] if records else {}
     return {
         "collapse_step": collapse_step(steps, success),
         "best_success": best_success(success),
         "final_success": success[-1] if success else None,
         "first_alert_step": alerts[0]["step"] if alerts else None,
         "first_alert_rule": alerts[0].get("rule") if alerts else None,
+        "detector_collapse_step": called[0] if called else None,
+        "final_entropy": last.get("actor/entropy"),
+        "final_in_group_std": last.get("rollout/in_group_std"),
         "steps": records[-1]["step"] if records else 0,
         "train_minutes": round(minutes[-1], 2) if minutes else 0.0,
         "validation": {"steps": steps, "success": success},
@@ -111,9 +138,11 @@ def summarise(out: Path, seeds: list[int]) -> dict:
         if not mine:
             continue
         collapsed = [r["collapse_step"] for r in mine if r["collapse_step"] is not None]
+        called = [r for r in mine if r["detector_collapse_step"] is not None]
         medians[arm] = {
             "runs": len(mine),
             "collapsed": len(collapsed),
+            "detector_called_collapse": len(called),
             "median_collapse_step": statistics.median(collapsed) if collapsed else None,
             "median_best_success": statistics.median(r["best_success"] or 0 for r in mine),
             "median_final_success": statistics.median(r["final_success"] or 0 for r in mine),
@@ -133,21 +162,26 @@ def summarise(out: Path, seeds: list[int]) -> dict:
 
 
 def print_table(results: dict) -> None:
-    head = f"{'collapse':>10}{'best':>8}{'final':>8}{'1st alert':>11}{'steps':>7}{'min':>7}"
+    head = (
+        f"{'collapse':>10}{'best':>8}{'final':>8}{'1st alert':>11}{'detector':>10}"
+        f"{'entropy':>9}{'steps':>7}{'min':>7}"
+    )
     print(f"\n{'run':<24}{head}")
     for name, r in results["rows"].items():
         collapse = "none" if r["collapse_step"] is None else str(r["collapse_step"])
         alert = "-" if r["first_alert_step"] is None else str(r["first_alert_step"])
         best = f"{r['best_success']:.1%}" if r["best_success"] is not None else "-"
         final = f"{r['final_success']:.1%}" if r["final_success"] is not None else "-"
-        print(
-            f"{name:<24}{collapse:>10}{best:>8}{final:>8}{alert:>11}{r['steps']:>7}{r['train_minutes']:>7.1f}"
-        )
+        called = "-" if r["detector_collapse_step"] is None else str(r["detector_collapse_step"])
+        entropy = "-" if r["final_entropy"] is None else f"{r['final_entropy']:.2f}"
+        cells = f"{collapse:>10}{best:>8}{final:>8}{alert:>11}{called:>10}{entropy:>9}"
+        print(f"{name:<24}{cells}{r['steps']:>7}{r['train_minutes']:>7.1f}")
     for arm, m in results["medians"].items():
         print(
-            f"median {arm}: {m['collapsed']}/{m['runs']} collapsed, step "
-            f"{m['median_collapse_step']}, best {m['median_best_success']:.1%}, final "
-            f"{m['median_final_success']:.1%}"
+            f"{arm}: {m['collapsed']}/{m['runs']} lost 20+ points of their best (median step "
+            f"{m['median_collapse_step']}), {m['detector_called_collapse']}/{m['runs']} "
+            f"called collapse by the detector; median best {m['median_best_success']:.1%}, "
+            f"final {m['median_final_success']:.1%}"
         )
 
 
@@ -158,12 +192,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     parser.add_argument("--summary-only", action="store_true", help="only sum up the runs")
+    parser.add_argument(
+        "--parallel", action="store_true", help="start every run at once (a GPU holds them all)"
+    )
     parser.add_argument("overrides", nargs="*", help="dotted overrides for every run")
     args = parser.parse_args(argv)
-    if not args.summary_only:
-        for seed in args.seeds:
-            for arm in args.arms:
-                train(args.out, arm, seed, args.steps, args.overrides)
+    runs = [(arm, seed) for seed in args.seeds for arm in args.arms]
+    if args.parallel and not args.summary_only:
+        train_all_at_once(args.out, runs, args.steps, args.overrides)
+    elif not args.summary_only:
+        for arm, seed in runs:
+            train(args.out, arm, seed, args.steps, args.overrides)
     results = summarise(args.out, args.seeds)
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
     print_table(results)
