@@ -120,19 +120,7 @@ def shared_prompt_batch(
     loss_mask = torch.zeros(ids.shape)
     loss_mask[:, max(prefix - first_turn, 0) : prefix] = 1
     loss_mask[:, -last_agent:] = 1
-    loss_mask = loss_mask * attention
-    zeros = torch.zeros(ids.shape)
-    return TrainBatch(
-        ids,
-        attention,
-        loss_mask,
-        zeros,
-        zeros,
-        zeros[:, :1],
-        zeros[:, :1].long(),
-        zeros[:, 0],
-        torch.zeros(rows, dtype=torch.long),
-    )
+    return TrainBatch.for_scoring(ids, attention, loss_mask * attention)
 
 
 @pytest.fixture

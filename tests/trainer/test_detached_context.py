@@ -38,18 +38,7 @@ def dialogue_batch(prefix: int, rows: int = 4, turns: int = 3) -> TrainBatch:
     for row, (ids, mask) in enumerate(zip(seqs, masks, strict=True)):
         input_ids[row, : len(ids)], attention[row, : len(ids)] = ids, 1
         loss_mask[row, : len(ids)] = mask
-    zeros = torch.zeros(rows, width)
-    return TrainBatch(
-        input_ids,
-        attention,
-        loss_mask,
-        zeros,
-        zeros,
-        zeros[:, :1],
-        zeros[:, :1].long(),
-        zeros[:, 0],
-        torch.zeros(rows, dtype=torch.long),
-    )
+    return TrainBatch.for_scoring(input_ids, attention, loss_mask)
 
 
 def _loss_and_grads(model, batch: TrainBatch, detach: bool):

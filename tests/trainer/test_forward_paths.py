@@ -104,11 +104,7 @@ def _tiny_batch() -> TrainBatch:
     """Three rows sharing 3 tokens, then 2, 1 and 3 tokens of their own (right padded)."""
     ids = torch.tensor([[5, 6, 7, 10, 11, 0], [5, 6, 7, 20, 0, 0], [5, 6, 7, 30, 31, 32]])
     attention = (ids > 0).long()
-    zeros = torch.zeros(ids.shape)
-    return TrainBatch(
-        ids, attention, attention.float(), zeros, zeros, zeros[:, :1], zeros[:, :1].long(),
-        zeros[:, 0], torch.zeros(3, dtype=torch.long),
-    )  # fmt: skip
+    return TrainBatch.for_scoring(ids, attention, attention.float())
 
 
 def _all_rows(batch: TrainBatch, prefix: int) -> list[forward.PromptCluster]:
@@ -152,11 +148,7 @@ def _two_prompt_batch() -> TrainBatch:
     loss = attention.float()
     loss[:, :3] = 0
     loss[1, 2] = 1
-    zeros = torch.zeros(ids.shape)
-    return TrainBatch(
-        ids, attention, loss, zeros, zeros, zeros[:, :1], zeros[:, :1].long(),
-        zeros[:, 0], torch.zeros(4, dtype=torch.long),
-    )  # fmt: skip
+    return TrainBatch.for_scoring(ids, attention, loss)
 
 
 def test_prompt_clusters_group_rows_by_the_tokens_before_their_first_agent_token():

@@ -41,6 +41,25 @@ class TrainBatch:
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
+    @classmethod
+    def for_scoring(
+        cls, input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor
+    ) -> TrainBatch:
+        """Rows for the training forward alone (log-probs of the `loss_mask` tokens): the
+        fields only the update reads are zeros, every row in group 0."""
+        zeros = torch.zeros(input_ids.shape)
+        return cls(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            loss_mask=loss_mask,
+            old_logprobs=zeros,
+            token_rewards=zeros,
+            turn_rewards=zeros[:, :1],
+            turn_ends=torch.zeros(len(input_ids), 1, dtype=torch.long),
+            scores=zeros[:, 0],
+            group_ids=torch.zeros(len(input_ids), dtype=torch.long),
+        )
+
     def select(self, index: torch.Tensor | list[int]) -> TrainBatch:
         """Rows `index`, trimmed to their longest sequence (less padding to compute)."""
         index = torch.as_tensor(index, dtype=torch.long)

@@ -28,23 +28,11 @@ def pair_batch(
     """A right-padded batch of rows prompt + reply for each (prompt, reply) in order, the
     loss mask on the reply's tokens; the fields the update needs are zeros."""
     rows = [list(p) + list(r) for p, r in zip(prompts, replies, strict=True)]
-    n, width = len(rows), max(len(row) for row in rows)
+    width = max(len(row) for row in rows)
     ids = padded(rows, width, pad_token_id, torch.long)
     attention = padded([[1] * len(row) for row in rows], width, 0, torch.long)
     masks = [[0.0] * len(p) + [1.0] * len(r) for p, r in zip(prompts, replies, strict=True)]
-    loss_mask = padded(masks, width)
-    zeros = torch.zeros(n, width)
-    return TrainBatch(
-        input_ids=ids,
-        attention_mask=attention,
-        loss_mask=loss_mask,
-        old_logprobs=zeros,
-        token_rewards=zeros,
-        turn_rewards=zeros[:, :1],
-        turn_ends=torch.zeros(n, 1, dtype=torch.long),
-        scores=zeros[:, 0],
-        group_ids=torch.zeros(n, dtype=torch.long),
-    )
+    return TrainBatch.for_scoring(ids, attention, padded(masks, width))
 
 
 @torch.no_grad()
