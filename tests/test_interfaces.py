@@ -9,7 +9,7 @@ from typing import Protocol
 
 import pytest
 
-from starpo.distributed.learners import GradientSync
+from starpo.trainer.learners import GradientSync
 from starpo.distributed.rollout_workers import PoolEngine, RolloutPool
 from starpo.rollout.backend import GenerationBackend, PolicySampler
 from starpo.rollout.engine import EpisodePlayer, RolloutEngine

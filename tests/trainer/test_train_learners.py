@@ -47,7 +47,7 @@ def test_two_learners_train_as_one_on_the_same_batches(
 def test_a_lost_learner_stops_the_run_with_one_line_and_resume_continues(
     ray_cluster, tmp_path: Path, bigram_model, make_bandit_config, monkeypatch
 ):
-    from starpo.distributed import learners as learners_module
+    from starpo.trainer import learners as learners_module
 
     extra = {"trainer.val_every": "0", "trainer.save_every": "1", "trainer.learners": "2"}
     cfg = make_bandit_config("grpo", total_steps=3, **extra)

@@ -35,7 +35,7 @@ from starpo.trainer.train_models import TrainModels
 
 class DataParallel(Protocol):
     """What `ppo_update` needs from data-parallel learners (one learner's side; the Ray
-    learners in `starpo.distributed.learners.GradientSync` implement it over gloo)."""
+    learners in `starpo.trainer.learners.GradientSync` implement it over gloo)."""
 
     def owns(self, micro_index: int) -> bool:
         """Whether this learner runs micro-batch `micro_index`."""

@@ -114,7 +114,7 @@ class Workers:
 
     def start_learners(self, optimizers: Optimizers) -> None:
         """Learners 1..N-1, starting from the trainer's current weights and optimizer."""
-        from starpo.distributed.learners import Learners
+        from starpo.trainer.learners import Learners
 
         world = self.cfg.trainer.learners
         self.learners = Learners(
