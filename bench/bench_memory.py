@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from starpo.config import load_config
-from starpo.planning import GiB, measured_peak_rss, plan_config
+from starpo.memory.plan import GiB, measured_peak_rss, plan_config
 
 # name: (preset, overrides); the base model plays the SFT preset (worst-case-like lengths).
 REAL = {

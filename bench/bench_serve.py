@@ -62,7 +62,7 @@ class Counting:
 def main() -> int:
     import torch
 
-    from starpo.serve.command import load_app
+    from starpo.cli.serve import load_app
 
     args = parse_args()
     loaded = time.perf_counter()

@@ -41,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from starpo.diagnostics.outcome import COLLAPSE_DROP, best_success, collapse_step  # noqa: E402
-from starpo.run_metrics import metric_curves, read_alerts, read_metrics  # noqa: E402
+from starpo.runs.metrics import metric_curves, read_alerts, read_metrics  # noqa: E402
 
 PRESET = "cpu-bandit-starpo-s"
 VANILLA = ["filter.enabled=false", "algorithm.kl_coef=0.001", "algorithm.clip_high=0.2"]

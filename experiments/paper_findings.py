@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from starpo.recipe_methods import RECIPES, recipe_for
+from starpo.recipe.methods import RECIPES, recipe_for
 
 VANILLA = [  # RAGEN's vanilla StarPO, as in the paper presets (paper-base.yaml)
     "filter.enabled=false",
@@ -70,7 +70,7 @@ def run_sft(args: argparse.Namespace, out: Path, layout: list[str]) -> Path:
         flags += [f"--{key.split('.')[-1].replace('_', '-')}", value]
         if key == "rollout.max_actions_per_turn":  # the solver then plays that many a turn
             flags += ["--actions-per-turn", value]
-    recipe = recipe_for(args.env)  # the recipe's SFT stage, as `python -m starpo.demo --env`
+    recipe = recipe_for(args.env)  # the recipe's SFT stage, as `starpo demo --env`
     cmd = starpo(
         "sft",
         "--config",

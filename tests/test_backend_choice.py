@@ -10,7 +10,7 @@ import pytest
 from transformers import LlamaConfig
 
 from starpo.config import load_config
-from starpo.planning import runtime_for
+from starpo.memory.plan import runtime_for
 from starpo.rollout.lean_backend import auto_picks_lean, build_auto_backend
 from starpo.rollout.lean_decoder import lean_config_support
 

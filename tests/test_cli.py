@@ -136,11 +136,14 @@ def test_play_quits_on_eof():
 
 def test_demo_env_showcase_plays_every_env():
     result = subprocess.run(
-        [sys.executable, "-m", "starpo.demo", "--envs"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "starpo", "demo", "--envs"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     summary = result.stdout.split("summary (seed 123):")[1]
-    from starpo.demo import DEMO_ENVS
+    from starpo.cli.demo import DEMO_ENVS
 
     for env_id in DEMO_ENVS:
         assert f"{env_id} " in summary

@@ -43,7 +43,7 @@ def test_fuzzed_train_command_lines_are_accepted_or_one_line(
     args, preset, tmp_path, capsys, monkeypatch
 ):
     monkeypatch.setattr("starpo.trainer.loop.Trainer", would_run)
-    monkeypatch.setattr("starpo.planning_fit.check_fits", would_run)  # reads the model's files
+    monkeypatch.setattr("starpo.memory.fit.check_fits", would_run)  # reads the model's files
     config = [] if preset is None else ["--config", preset]
     outcome(["train", "--out", str(tmp_path / "run"), *config, *args], capsys)
 
@@ -54,7 +54,7 @@ def test_fuzzed_train_command_lines_are_accepted_or_one_line(
 @given(text=CONFIG_TEXT, args=st.lists(OVERRIDE, max_size=2))
 def test_fuzzed_config_files_are_accepted_or_one_line(text, args, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("starpo.trainer.loop.Trainer", would_run)
-    monkeypatch.setattr("starpo.planning_fit.check_fits", would_run)  # reads the model's files
+    monkeypatch.setattr("starpo.memory.fit.check_fits", would_run)  # reads the model's files
     path = tmp_path / "fuzzed.yaml"
     path.write_text(text, encoding="utf-8")
     outcome(["train", "--out", str(tmp_path / "run"), "--config", str(path), *args], capsys)

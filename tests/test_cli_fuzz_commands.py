@@ -303,12 +303,13 @@ def _place(argv: list[str], templates: Path, bad_text: str, base: Path) -> list[
 @pytest.fixture
 def stubs(monkeypatch):
     """Stubs where heavy work would start; everything before them runs for real."""
-    monkeypatch.setattr("starpo.evaluation.run_episode", would_run)  # eval, sft --from-solver
+    # eval, sft --from-solver:
+    monkeypatch.setattr("starpo.evaluation.scripted.run_episode", would_run)
     monkeypatch.setattr("starpo.models.loading.ensure_default_model", would_run)
     monkeypatch.setattr("starpo.models.loading.hub_reachable", would_run)
     monkeypatch.setattr("starpo.models.loading._cached_tokenizer", would_run)
     monkeypatch.setattr("starpo.envs.check_env", would_run)
-    monkeypatch.setattr("starpo.play.play_interactive", would_run)
+    monkeypatch.setattr("starpo.cli.play.play_interactive", would_run)
     # (`starpo.viewer.serve` names the function that the package exports, not the module)
     monkeypatch.setattr(importlib.import_module("starpo.viewer.serve"), "_serve", would_run)
     monkeypatch.setattr("starpo.viewer.report.build_figure", would_run)
@@ -480,7 +481,7 @@ def test_an_eval_that_stops_before_its_model_loads_draws_no_progress_bar(
 
 
 def test_the_eval_progress_bar_opens_at_the_first_turn(capsys):
-    from starpo.rollout.evaluate import EvalProgress, progress_bar
+    from starpo.evaluation.model import EvalProgress, progress_bar
 
     bar, show = progress_bar(4, "eval bandit")
     with bar:

@@ -544,7 +544,7 @@ def test_presets_ship_as_package_data():
     tomllib = pytest.importorskip("tomllib")
     pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
     data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    patterns = data["tool"]["setuptools"]["package-data"]["starpo"]
+    patterns = data["tool"]["setuptools"]["package-data"]["starpo.config"]
     package = Path(config_module.__file__).parent
     shipped = {p for pattern in patterns for p in package.glob(pattern)}
     assert set(CONFIGS.glob("*.yaml")) <= shipped and len(shipped) >= 9
@@ -600,16 +600,18 @@ def test_help_lists_every_field_with_its_help_and_default():
 @pytest.mark.parametrize(
     "module",
     [
-        "config",
-        "config_fields",
-        "config_files",
-        "config_episode",
-        "config_algorithm",
-        "config_rollout",
+        "__init__",
+        "fields",
+        "files",
+        "episode",
+        "algorithm",
+        "rollout",
+        "diagnostics",
     ],
 )
 def test_config_module_imports_no_torch(module):
     path = Path(config_module.__file__).with_name(f"{module}.py")
+    name = "config" if module == "__init__" else f"config.{module}"
     tree = ast.parse(path.read_text(encoding="utf-8"))
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
@@ -619,15 +621,15 @@ def test_config_module_imports_no_torch(module):
         "starpo.errors",
         "starpo.defaults",
         "starpo.registry",  # extension names (lazy: no torch)
-        "starpo.config_episode",  # RolloutSettings, the per-episode settings' one definition
-        "starpo.config_algorithm",  # the filter, algorithm and optim sections
-        "starpo.config_rollout",  # the rollout section
-        "starpo.config_fields",  # field helpers, the section base, one-line errors
-        "starpo.config_files",  # YAML files, base:, presets, overrides, help rows
-        "starpo.diagnostics.settings",  # the diagnostics section, beside its detector
+        "starpo.config.episode",  # RolloutSettings, the per-episode settings' one definition
+        "starpo.config.algorithm",  # the filter, algorithm and optim sections
+        "starpo.config.rollout",  # the rollout section
+        "starpo.config.fields",  # field helpers, the section base, one-line errors
+        "starpo.config.files",  # YAML files, base:, presets, overrides, help rows
+        "starpo.config.diagnostics",  # the diagnostics section, beside its detector
     }
     assert {m for m in imported if m.split(".")[0] not in allowed and m not in allowed} == set()
-    code = f"import sys, starpo.{module}; assert 'torch' not in sys.modules; print('clean')"
+    code = f"import sys, starpo.{name}; assert 'torch' not in sys.modules; print('clean')"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0 and "clean" in result.stdout, result.stderr
 

@@ -9,7 +9,8 @@ import pytest
 from starpo.envs import make
 from starpo.envs.policies import make_policy
 from starpo.errors import UserError
-from starpo.evaluation import run_episode, summarise
+from starpo.evaluation.scripted import run_episode
+from starpo.evaluation.summary import summarise
 from starpo.stats import wilson_interval
 from starpo.types import Episode
 
@@ -58,7 +59,7 @@ def test_the_validation_seeds_have_one_owner():
     from starpo.cli import build_parser
     from starpo.config import TrainerConfig
     from starpo.defaults import VALIDATION_SEED_START, VALIDATION_SEEDS
-    from starpo.evaluation import play_episodes
+    from starpo.evaluation.scripted import play_episodes
     from starpo.sft.data import validation_seeds
 
     assert (VALIDATION_SEED_START, VALIDATION_SEEDS) == (123, 256)

@@ -9,7 +9,7 @@ import platform
 import pytest
 import torch
 
-from starpo.memory import keep_freed_memory, release_free_memory
+from starpo.memory.allocator import keep_freed_memory, release_free_memory
 
 glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
 

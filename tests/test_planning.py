@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from starpo import cli, planning, planning_fit
+from starpo import cli
 from starpo.config import load_config
-from starpo.planning import activation_bytes_per_token, kv_cache_bytes, plan_memory
-from starpo.planning_fit import fitting_setting
-from starpo.planning_shapes import EpisodeShape, episode_shape, model_shape
+from starpo.memory import fit as planning_fit
+from starpo.memory import plan as planning
+from starpo.memory.fit import fitting_setting
+from starpo.memory.plan import activation_bytes_per_token, kv_cache_bytes, plan_memory
+from starpo.memory.shapes import EpisodeShape, episode_shape, model_shape
 
 
 def _saved_bytes(model, tokens: int, autocast: bool) -> int:
@@ -381,7 +383,7 @@ def _measured_in_a_fresh_process(command: list[str], log: Path) -> int:
     memory's high-water mark at exec), and this pytest worker may have held GBs before (a
     run measured 7.3 GB for both configs after test_determinism's real-model runs)."""
     measure = (
-        "import json, sys; from starpo.planning import measured_peak_rss; "
+        "import json, sys; from starpo.memory.plan import measured_peak_rss; "
         "print(measured_peak_rss(json.loads(sys.argv[1]), sys.argv[2]))"
     )
     done = subprocess.run(

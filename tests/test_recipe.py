@@ -1,4 +1,4 @@
-"""The multi-turn recipe (`python -m starpo.demo --env ...`) end to end on a tiny model:
+"""The multi-turn recipe (`starpo demo --env ...`) end to end on a tiny model:
 every stage runs and leaves its files, the table has every row on the same seeds, and a
 second call resumes (runs nothing again). With the heavy stages stubbed: the recipe's
 flags reach the stages and the table, and a resumed folder made with other settings is
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from starpo import recipe as recipe_module
 from starpo.errors import UserError
-from starpo.recipe import BUDGETED_STEPS, check_kept_settings, run_recipe
-from starpo.recipe_methods import RECIPES, recipe_for
-from starpo.recipe_results import format_results
+from starpo.recipe import stages as recipe_module
+from starpo.recipe.methods import RECIPES, recipe_for
+from starpo.recipe.results import format_results
+from starpo.recipe.stages import BUDGETED_STEPS, check_kept_settings, run_recipe
 
 
 @pytest.mark.slow
@@ -63,13 +63,22 @@ def test_recipe_runs_every_stage_and_resumes(tmp_path: Path, tiny_model_dir: Pat
     assert "GRPO's own contribution" in format_results(again)
 
 
+def main(argv: list[str]) -> int:
+    """`starpo demo ARGV` (the recipe's command) in this process; its exit code."""
+    from starpo.cli import main as starpo_main
+
+    try:
+        return starpo_main(["demo", *argv])
+    except SystemExit as exc:  # a flag argparse refuses
+        return int(exc.code or 0)
+
+
 def test_unknown_recipe_names_the_choices():
     with pytest.raises(UserError, match="choose one of: " + ", ".join(RECIPES)):
         recipe_for("bandit")
 
 
 def test_demo_reports_a_bad_env_or_override_in_one_line(capsys):
-    from starpo.demo import main
 
     assert main(["--env", "bandit"]) == 2
     assert main(["--env", "sokoban", "--eval-seeds", "0"]) == 2
@@ -92,7 +101,6 @@ def test_demo_reports_a_bad_env_or_override_in_one_line(capsys):
     ],
 )
 def test_demo_refuses_bad_recipe_flags_in_one_line(tmp_path, capsys, flags, error):
-    from starpo.demo import main
 
     assert main(["--env", "sokoban", "--out", str(tmp_path / "r"), *flags]) == 2
     assert capsys.readouterr().err.splitlines() == [f"starpo: error: {error}"]
@@ -100,7 +108,6 @@ def test_demo_refuses_bad_recipe_flags_in_one_line(tmp_path, capsys, flags, erro
 
 
 def test_recipe_flags_need_the_recipe(capsys):
-    from starpo.demo import main
 
     assert main(["--rl-minutes", "5"]) == 2
     (line,) = capsys.readouterr().err.splitlines()
@@ -144,7 +151,6 @@ def stubbed(monkeypatch):
 
 
 def test_recipe_flags_reach_the_stages_and_label_the_rows(tmp_path, stubbed, capsys):
-    from starpo.demo import main
 
     flags = ["--sft-episodes", "400", "--sft-epochs", "5", "--rl-minutes", "30"]
     assert main(["--env", "sokoban", "--out", str(tmp_path), "--eval-seeds", "3", *flags]) == 0
@@ -172,7 +178,6 @@ def test_recipe_flags_reach_the_stages_and_label_the_rows(tmp_path, stubbed, cap
 
 
 def test_steps_still_cap_a_budgeted_rl_stage(tmp_path, stubbed):
-    from starpo.demo import main
 
     argv = ["--env", "sokoban", "--out", str(tmp_path), "--rl-minutes", "2.5", "--steps", "7"]
     assert main([*argv, "--quick"]) == 0
@@ -184,7 +189,6 @@ def test_steps_still_cap_a_budgeted_rl_stage(tmp_path, stubbed):
 
 
 def test_a_resumed_recipe_made_with_other_sft_settings_is_refused(tmp_path, stubbed, capsys):
-    from starpo.demo import main
 
     run_recipe("sokoban", tmp_path, eval_seeds=3)
     done = {key: list(calls) for key, calls in stubbed.items()}
@@ -205,7 +209,6 @@ def test_a_resumed_recipe_made_with_other_sft_settings_is_refused(tmp_path, stub
 def test_a_format_only_warm_start_labels_its_rows_and_is_not_resumed_as_solver_sft(
     tmp_path, stubbed, capsys, monkeypatch
 ):
-    from starpo.demo import main
 
     sources = []
     stub = recipe_module.train_sft
@@ -244,7 +247,6 @@ def test_stages_that_recorded_no_settings_are_taken_as_they_are(tmp_path):
 
 
 def test_methods_train_from_the_same_sft_model_with_the_same_budget(tmp_path, stubbed, capsys):
-    from starpo.demo import main
 
     argv = ["--env", "sokoban", "--out", str(tmp_path), "--eval-seeds", "3", "--no-base"]
     assert main([*argv, "--rl-minutes", "20", "--methods", "grpo", "gigpo", "ppo"]) == 0
@@ -285,7 +287,6 @@ def test_each_method_sets_its_estimator_and_keeps_the_preset(tmp_path, stubbed, 
     ],
 )
 def test_bad_methods_and_stray_recipe_flags_are_one_line(tmp_path, capsys, argv, error):
-    from starpo.demo import main
 
     assert main([*argv, "--out", str(tmp_path / "r")]) == 2
     (line,) = capsys.readouterr().err.splitlines()

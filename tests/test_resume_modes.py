@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from starpo.cli import parse_args, start_or_resume
+from starpo.cli import parse_args
+from starpo.cli.train import start_or_resume
 from starpo.errors import UserError
 from starpo.runs import RunFolder
 from starpo.trainer.checkpoint import save_checkpoint

@@ -1,4 +1,4 @@
-"""starpo.run_metrics: metrics.jsonl's one reader, its curves, and alerts.jsonl."""
+"""starpo.runs.metrics: metrics.jsonl's one reader, its curves, and alerts.jsonl."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from starpo import run_metrics
 from starpo.errors import UserError
+from starpo.runs import metrics as run_metrics
 
 
 def _metrics(run: Path, text: str) -> Path:

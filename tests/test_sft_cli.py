@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from starpo.cli.sft import add_parser
 from starpo.errors import UserError
-from starpo.evaluation import play_episodes, write_results
-from starpo.sft.command import add_sft_parser
+from starpo.evaluation.scripted import play_episodes
+from starpo.evaluation.summary import write_results
 from starpo.sft.data import read_records, solver_records
 from starpo.sft.run import NOT_SUCCESSFUL, SUMMARY_FILE, gather_records, keep_by_outcome
 from starpo.types import Trajectory
@@ -20,7 +21,7 @@ from starpo.types import Trajectory
 def sft(*argv: str) -> int:
     """`starpo sft ARGV` through its own parser (as `starpo.cli` wires it)."""
     parser = argparse.ArgumentParser(prog="starpo")
-    add_sft_parser(parser.add_subparsers(dest="command", required=True))
+    add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["sft", *argv])
     return args.func(args)
 
@@ -148,8 +149,8 @@ def test_the_parser_needs_no_torch_and_knows_the_trainers_schedules():
 
     code = (
         "import argparse, sys\n"
-        "from starpo.sft.command import add_sft_parser\n"
-        "add_sft_parser(argparse.ArgumentParser().add_subparsers())\n"
+        "from starpo.cli.sft import add_parser\n"
+        "add_parser(argparse.ArgumentParser().add_subparsers())\n"
         "print('torch' in sys.modules)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -11,7 +11,8 @@ from starpo.envs import TextEnv
 from starpo.envs.frozenlake import FrozenLakeEnv
 from starpo.envs.sokoban import SokobanEnv
 from starpo.errors import UserError
-from starpo.evaluation import play_episodes, write_results
+from starpo.evaluation.scripted import play_episodes
+from starpo.evaluation.summary import write_results
 from starpo.models import load_tokenizer, stop_token_ids
 from starpo.rollout import RolloutEngine, RolloutSettings
 from starpo.rollout.parser import parse_turn

@@ -1,6 +1,6 @@
 """The statistics of episodes and groups, as small pure functions (stdlib only).
 
-`starpo.evaluation.summarise` (success interval, pass@k), the StarPO-S filter (in-group
+`starpo.evaluation.summary.summarise` (success interval, pass@k), the StarPO-S filter (in-group
 reward std) and the trainer's `rollout/zero_std_groups` all compute through this module,
 so each quantity has one definition.
 """

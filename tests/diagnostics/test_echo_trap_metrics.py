@@ -18,7 +18,7 @@ from starpo.diagnostics.metrics import (
     duplicate_count,
     echo_trap_metrics,
 )
-from starpo.evaluation import summarise
+from starpo.evaluation.summary import summarise
 from starpo.stats import sample_std
 from starpo.types import Trajectory, Turn
 

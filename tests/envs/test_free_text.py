@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from starpo.cli.play import describe, play_interactive
 from starpo.envs import TextEnv, check_env
 from starpo.envs.checker import EnvCheckError
 from starpo.envs.policies import make_policy
-from starpo.play import describe, play_interactive
 from starpo.rollout.prompts import task_description
 
 

@@ -35,7 +35,7 @@ def test_no_preset_forces_bf16(name):
 
 @pytest.mark.parametrize("name", ["cpu-sokoban-sft-starpo-s", "cpu-frozenlake-sft-starpo-s"])
 def test_multi_turn_presets_update_in_bf16_only_where_the_cpu_has_it(name, native):
-    from starpo.planning import runtime_for
+    from starpo.memory.plan import runtime_for
 
     runtime = runtime_for(load_config(name, []), "llama")
     assert runtime.compute_dtype == (torch.bfloat16 if native else torch.float32)

@@ -10,7 +10,7 @@ import torch
 from starpo.compute.batch import build_batch
 from starpo.compute.forward import policy_logprobs
 from starpo.compute.segments import segment_ids, shift_within_parts, split_parts
-from starpo.config_episode import RolloutSettings
+from starpo.config.episode import RolloutSettings
 from starpo.errors import UserError
 from starpo.models import load_tokenizer
 from starpo.rollout.backend import Generation, GenerationRequest, SamplingParams

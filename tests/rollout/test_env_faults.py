@@ -58,7 +58,7 @@ def test_a_raising_or_hanging_env_ends_only_its_episodes(scripted_backend):
     assert all(not t.turns and not t.success for t in trajectories if t.seed == 102)
     assert all(t.error is None or not t.success for t in trajectories)
     assert '"error": "step: RuntimeError: boom"' in trajectories[2].to_json()
-    from starpo.evaluation import summarise
+    from starpo.evaluation.summary import summarise
 
     assert summarise(trajectories)["env_errors"] == 6  # `starpo eval` and val/<env>/ count them
     from starpo.viewer.data import normalise_trajectory

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from starpo.cli import parse_args
-from starpo.cli_eval import _rollout_settings_from_args
+from starpo.cli.eval import _rollout_settings_from_args
+from starpo.evaluation.model import NO_THINK_MAX_NEW_TOKENS, EvalProgress, evaluate_model
 from starpo.rollout.engine import RolloutSettings
-from starpo.rollout.evaluate import NO_THINK_MAX_NEW_TOKENS, EvalProgress, evaluate_model
 from starpo.stats import pass_at_k
 
 

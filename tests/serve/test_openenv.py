@@ -19,7 +19,7 @@ import requests
 from serving import WAIT_S, free_port, running
 
 from starpo.cli import main
-from starpo.config_episode import RolloutSettings
+from starpo.config.episode import RolloutSettings
 from starpo.envs import make
 from starpo.rollout.engine import RolloutEngine
 from starpo.rollout.hf_backend import HFBackend

@@ -234,8 +234,8 @@ def test_concurrent_requests_are_batched(client, server):
 
 def test_cli_parses_serve_and_needs_the_extra(monkeypatch):
     from starpo.cli import parse_args
+    from starpo.cli.serve import MISSING_EXTRA
     from starpo.errors import UserError
-    from starpo.serve.command import MISSING_EXTRA
 
     args = parse_args(["serve", "--model", "some/dir", "--port", "0", "--max-batch", "2"])
     assert (args.host, args.port, args.max_batch, args.backend) == ("127.0.0.1", 0, 2, "auto")

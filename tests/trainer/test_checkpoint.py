@@ -293,7 +293,7 @@ def test_the_planned_checkpoint_size_is_the_built_trainers_estimate(
     """The size checked before the model loads (from its config) equals the one the built
     trainer computes from its parameters."""
     from starpo.config import load_config
-    from starpo.planning import planned_checkpoint_size
+    from starpo.memory.plan import planned_checkpoint_size
     from starpo.trainer.loop import Trainer
 
     cfg = load_config("cpu-tiny-smoke", [f"model.name={tiny_model_dir}", *overrides])

@@ -10,7 +10,7 @@ import pytest
 import torch
 from run_metrics import comparable
 
-from starpo.run_metrics import read_metrics
+from starpo.runs.metrics import read_metrics
 from starpo.trainer.checkpoint import checkpoint_bytes, latest_checkpoint, load_checkpoint
 from starpo.trainer.loop import Trainer
 

@@ -19,7 +19,7 @@ import torch
 from run_metrics import comparable
 
 from starpo.config import load_config
-from starpo.run_metrics import read_metrics
+from starpo.runs.metrics import read_metrics
 from starpo.trainer.loop import Trainer
 
 pytestmark = pytest.mark.slow  # three steps of the real default model (~1 min)

@@ -16,7 +16,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from starpo.compute import forward
 from starpo.compute.cross_scoring import cross_scores, reply_logprobs
 from starpo.diagnostics.template_collapse import SAMPLES, mi_key, template_collapse_metrics
-from starpo.run_metrics import read_metrics
+from starpo.runs.metrics import read_metrics
 from starpo.timing import step_train_seconds
 from starpo.trainer.loop import Trainer
 from starpo.trainer.mi_probe import first_turn_sample, reply_spans, turn_pair, uniform_sample

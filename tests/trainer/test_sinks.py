@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from starpo.errors import UserError
-from starpo.run_metrics import read_metrics
+from starpo.runs.metrics import read_metrics
 from starpo.trainer.sinks import (
     JsonlSink,
     RunLogger,

@@ -9,7 +9,7 @@ import pytest
 import torch
 from run_metrics import comparable
 
-from starpo.run_metrics import read_metrics
+from starpo.runs.metrics import read_metrics
 from starpo.trainer.loop import Trainer
 
 pytestmark = pytest.mark.slow  # end-to-end Trainer.train() runs

@@ -14,7 +14,7 @@ import pytest
 from run_metrics import comparable
 
 from starpo import timing
-from starpo.run_metrics import read_metrics
+from starpo.runs.metrics import read_metrics
 from starpo.timing import TRAIN_MINUTES
 from starpo.trainer.checkpoint import latest_checkpoint, load_checkpoint
 from starpo.trainer.loop import Trainer

@@ -9,7 +9,7 @@ import pytest
 from starpo.envs import register
 from starpo.envs.bandit import BanditEnv
 from starpo.errors import UserError
-from starpo.run_metrics import read_metrics
+from starpo.runs.metrics import read_metrics
 from starpo.trainer.loop import Trainer
 
 pytestmark = pytest.mark.slow  # end-to-end Trainer.train() runs

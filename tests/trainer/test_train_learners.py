@@ -11,7 +11,7 @@ from run_metrics import comparable
 
 from starpo.config import load_config
 from starpo.errors import UserError
-from starpo.run_metrics import read_metrics
+from starpo.runs.metrics import read_metrics
 from starpo.trainer.loop import Trainer
 
 ray = pytest.importorskip("ray")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from starpo.run_metrics import read_metrics
+from starpo.runs.metrics import read_metrics
 from starpo.trainer.loop import Trainer
 
 ray = pytest.importorskip("ray")

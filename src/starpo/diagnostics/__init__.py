@@ -7,6 +7,7 @@ standard library and numpy (never torch).
 
 from __future__ import annotations
 
+from starpo.config.diagnostics import DiagnosticsConfig
 from starpo.diagnostics.detector import (
     AlertLog,
     CollapseDetector,
@@ -15,7 +16,6 @@ from starpo.diagnostics.detector import (
 )
 from starpo.diagnostics.metrics import ResponseMemory, echo_trap_metrics
 from starpo.diagnostics.rules import RULES, Alert
-from starpo.diagnostics.settings import DiagnosticsConfig
 
 __all__ = [
     "RULES",

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from starpo import runs
+from starpo.config.diagnostics import DiagnosticsConfig
 from starpo.diagnostics.rules import (
     RULES,
     SEVERITY_LEVEL,
@@ -32,8 +33,7 @@ from starpo.diagnostics.rules import (
     trend_delta,
     window_mean_std,
 )
-from starpo.diagnostics.settings import DiagnosticsConfig
-from starpo.run_metrics import load_step_records
+from starpo.runs.metrics import load_step_records
 
 __all__ = [
     "Alert",

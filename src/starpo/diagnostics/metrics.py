@@ -5,7 +5,7 @@ reasoning and repetitive outputs (RAGEN, arXiv 2504.20073). `echo_trap_metrics` 
 trajectories into flat `diagnostics/...` floats for the sinks and for `CollapseDetector`.
 It computes only what nothing else logs: the in-group reward std is `rollout/in_group_std`
 (the StarPO-S filter's), lengths, format and action rates are the episode summary's
-(`train/<env>/mean_think_tokens`, ... from `starpo.evaluation.summarise`).
+(`train/<env>/mean_think_tokens`, ... from `starpo.evaluation.summary.summarise`).
 
 Conventions (all nan-safe: no nan or inf is ever returned):
 - No trajectories -> `{}` (nothing to log this step).

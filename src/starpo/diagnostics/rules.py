@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from starpo.diagnostics.settings import DiagnosticsConfig
+from starpo.config.diagnostics import DiagnosticsConfig
 
 WARNING, COLLAPSE = "warning", "collapse"
 SEVERITY_LEVEL = {"healthy": 0, WARNING: 1, COLLAPSE: 2}

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
-from starpo.config_episode import RolloutSettings
+from starpo.config.episode import RolloutSettings
 from starpo.envs import TextEnv, make
 from starpo.envs.base import state_digest
 from starpo.rollout import prompts

@@ -17,7 +17,7 @@ from typing import Any
 from starpo import runs
 from starpo.defaults import VALIDATION_SEED_START, VALIDATION_SEEDS
 from starpo.errors import UserError
-from starpo.evaluation import play_episodes
+from starpo.evaluation.scripted import play_episodes
 from starpo.logs import warn
 from starpo.types import Record, record_from_dict
 

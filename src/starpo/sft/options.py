@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from starpo.compute.lr_schedule import SCHEDULES
-from starpo.config_episode import check_settings
-from starpo.config_episode import setting as _option
+from starpo.config.episode import check_settings
+from starpo.config.episode import setting as _option
 
 DTYPES = ("auto", "fp32", "bf16")
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from starpo import runs
-from starpo.config_episode import RolloutSettings
+from starpo.config.episode import RolloutSettings
 from starpo.defaults import DEFAULT_MODEL
 from starpo.errors import UserError
 from starpo.logs import console_logger, warn

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from starpo.run_metrics import read_metrics
+from starpo.runs.metrics import read_metrics
 from starpo.timing import train_minutes
 
 #: The key of the minutes used so far in a checkpoint's `trainer_state`.

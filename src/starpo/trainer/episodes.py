@@ -9,12 +9,12 @@ from typing import Any
 
 from starpo.algorithms.filtering import FilterRule, filter_groups, group_weights, loss_scale
 from starpo.errors import UserError
-from starpo.rollout.evaluate import ModelEvalResult
+from starpo.evaluation.model import ModelEvalResult
 from starpo.types import Trajectory, by_group
 
 
 def rollout_metrics(prefix: str, result: ModelEvalResult) -> dict[str, float]:
-    """The episode summary (`starpo.evaluation.summarise`, the keys of `starpo eval`'s
+    """The episode summary (`starpo.evaluation.summary.summarise`, the keys of `starpo eval`'s
     summary.json) under `prefix`: `train/<env>/success`, `val/<env>/success`, ..."""
     summary = result.summary()
     speed = summary.pop("generation_tokens_per_s")

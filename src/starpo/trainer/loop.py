@@ -16,12 +16,12 @@ from starpo.compute.weights import (
 from starpo.config import TrainConfig, apply_changes, config_to_dict, save_config
 from starpo.diagnostics import ResponseMemory, echo_trap_metrics
 from starpo.envs import make
+from starpo.evaluation.model import play_seeds
 from starpo.logs import console_logger
-from starpo.memory import keep_freed_memory, release_free_memory
+from starpo.memory.allocator import keep_freed_memory, release_free_memory
+from starpo.memory.plan import checkpoint_bytes, planned_checkpoint_size
 from starpo.models.precision import compute_dtype, precision_for, rollout_dtype
-from starpo.planning import checkpoint_bytes, planned_checkpoint_size
 from starpo.registry import GENERATION_BACKENDS
-from starpo.rollout.evaluate import play_seeds
 from starpo.runs import RunFolder
 from starpo.timing import TRAIN_MINUTES, Timer, step_train_seconds
 from starpo.trainer.budget import TrainingBudget

@@ -13,7 +13,7 @@ import torch
 
 from starpo.compute.batch import TrainBatch
 from starpo.config import TrainConfig, config_to_dict
-from starpo.config_episode import RolloutSettings
+from starpo.config.episode import RolloutSettings
 from starpo.errors import UserError
 from starpo.rollout.backend import set_share_histories
 from starpo.rollout.engine import RolloutEngine

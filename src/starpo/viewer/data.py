@@ -19,8 +19,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from starpo import run_metrics, runs
+from starpo import runs
 from starpo.errors import UserError
+from starpo.runs import metrics as run_metrics
 from starpo.types import Episode, Trajectory, record_from_dict
 
 # Enough to browse a step; a full page with thousands of long responses gets slow.

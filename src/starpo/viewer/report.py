@@ -27,8 +27,8 @@ from matplotlib.lines import Line2D
 
 from starpo.errors import UserError
 from starpo.logs import warn
-from starpo.run_metrics import metric_curves, read_alerts, read_metrics
 from starpo.runs import METRICS_FILE, REPORT_DIR, check_writable
+from starpo.runs.metrics import metric_curves, read_alerts, read_metrics
 from starpo.timing import train_minutes
 
 DPI = 100

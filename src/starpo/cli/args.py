@@ -1,0 +1,85 @@
+"""Command-line pieces every `starpo` command shares: how a setting's name is spelled as a
+flag, `--env-arg KEY=VALUE` parsing, the bounds of seeds and episode counts, and the
+argparse kind of a per-episode setting's flag. Torch-free: `--help` stays fast."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from starpo.errors import UserError
+
+#: The most episodes one command plays: `starpo eval` keeps them all in memory and writes
+#: them, as `starpo sft --from-solver` does.
+MAX_EPISODES = 1_000_000
+
+
+def flag_name(name: str) -> str:
+    """A setting's flag: `max_new_tokens` -> `--max-new-tokens`."""
+    return "--" + name.replace("_", "-")
+
+
+def parse_env_args(pairs: list[str]) -> dict[str, Any]:
+    """`--env-arg size=6 --env-arg p_frozen=0.9` -> {"size": 6, "p_frozen": 0.9} (YAML values)."""
+    import yaml
+
+    kwargs: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UserError(f"--env-arg {pair!r} must look like KEY=VALUE, e.g. --env-arg size=6")
+        try:
+            parsed = yaml.safe_load(value) if value else ""
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or type(exc).__name__
+            raise UserError(
+                f"--env-arg {pair!r}: {value!r} is not a YAML value ({problem}); quote it or "
+                "fix it, e.g. --env-arg dim_room=[6,6]"
+            ) from None
+        kwargs[key] = tuple(parsed) if isinstance(parsed, list) else parsed
+    return kwargs
+
+
+def check_seed(flag: str, seed: int | None) -> None:
+    """A seed flag's value (None: a random seed); numpy takes no negative seed and torch
+    none of 2**64 or more."""
+    if seed is not None and not 0 <= seed < 2**63:
+        raise UserError(f"{flag} must be between 0 and {2**63 - 1}, got {seed}")
+
+
+def setting_flag_kind(default: Any) -> dict[str, Any]:
+    """argparse keywords of a setting's flag: `--think / --no-think` for a bool, else the
+    default's type."""
+    if isinstance(default, bool):
+        return {"action": argparse.BooleanOptionalAction}
+    return {"type": type(default)}
+
+
+def add_decode_flags(parser: Any) -> None:
+    """--device, --backend and --dtype: how a command that loads a model decodes with it
+    (`starpo eval --policy model`, `starpo serve`), spelled as rollout.backend/dtype."""
+    from starpo.registry import GENERATION_BACKENDS
+
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    parser.add_argument(
+        "--backend",
+        default="auto",
+        choices=list(GENERATION_BACKENDS),
+        help="generation backend, as rollout.backend (default auto: lean on a CPU if it can)",
+    )
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "fp32", "bf16"],
+        help="decode dtype, as rollout.dtype (default auto: bf16 on a CPU with native bf16)",
+    )
+
+
+ENV_ARG_HELP = "env constructor argument KEY=VALUE (repeatable), e.g. size=6"
+
+
+def add_env_arg_flag(parser: Any) -> None:
+    """`--env-arg KEY=VALUE`, repeatable: the env's constructor arguments (`parse_env_args`)."""
+    parser.add_argument(
+        "--env-arg", action="append", default=[], metavar="KEY=VALUE", help=ENV_ARG_HELP
+    )

@@ -1,0 +1,77 @@
+"""`starpo play`: a person plays an env in the terminal, typing actions."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, TextIO
+
+from starpo.cli.args import add_env_arg_flag, check_seed, parse_env_args
+from starpo.envs import TextEnv
+
+QUIT_WORDS = {"quit", "exit", "q"}
+
+
+def describe(env: TextEnv) -> str:
+    """The task as a player sees it: instruction, legend, actions."""
+    lines = [env.instruction]
+    if env.legend:
+        lines.append(f"Symbols: {env.legend_text()}")
+    lines.append(f"{choices(env)} (type one per line, 'quit' to stop)")
+    return "\n".join(lines)
+
+
+def choices(env: TextEnv) -> str:
+    """What the player may type: the action names, or a free-text env's answer format."""
+    if env.free_text:
+        return f"Answer with {env.answer_format}"
+    return f"Actions: {', '.join(env.action_names)}"
+
+
+def play_interactive(
+    env: TextEnv, *, seed: int | None = None, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout
+) -> int:
+    """Play one episode reading actions from `stdin`; returns the exit code (0)."""
+    obs, _ = env.reset(seed=seed)
+    print(describe(env), file=stdout)
+    print(f"\n{obs}", file=stdout)
+    total = 0.0
+    while True:
+        print(f"[{env.steps_left} actions left] action> ", end="", file=stdout, flush=True)
+        line = stdin.readline()
+        if not line or line.strip().casefold() in QUIT_WORDS:
+            print("\nstopped.", file=stdout)
+            return 0
+        obs, reward, terminated, truncated, info = env.step(line.strip())
+        if not info["action_is_valid"]:
+            print(
+                f"not an action: {line.strip()!r:.60}. {choices(env)}",
+                file=stdout,
+            )
+            continue
+        total += reward
+        print(f"{obs}\nreward {reward:+g} (total {total:+g})", file=stdout)
+        if terminated or truncated:
+            outcome = "SUCCESS" if info["success"] else "failure"
+            reason = "out of actions" if truncated else "episode over"
+            print(f"{reason}: {outcome}, total reward {total:+g}", file=stdout)
+            return 0
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    from starpo.envs import make
+
+    check_seed("--seed", args.seed)
+    env = make(args.env_id, **parse_env_args(args.env_arg))
+    try:
+        return play_interactive(env, seed=args.seed)
+    finally:
+        env.close()
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("play", help="play an environment yourself in the terminal")
+    p.add_argument("env_id", help="a registered env id (see `starpo envs`)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the episode (default: random)")
+    add_env_arg_flag(p)
+    p.set_defaults(func=cmd_play)

@@ -1,0 +1,265 @@
+"""`starpo sft`: supervised fine-tuning on trajectories before RL (wired into `starpo.cli`).
+
+Settings come, in this order of precedence, from the flags, from `--config` (a `starpo
+train` config or preset: its rollout section, env and model, so SFT lays examples out
+exactly as that RL run will), and from the defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from starpo.cli.args import (
+    MAX_EPISODES,
+    check_seed,
+    flag_name,
+    parse_env_args,
+    setting_flag_kind,
+)
+from starpo.errors import UserError
+
+#: The per-episode settings that shape an SFT example (the others, sampling and reward
+#: shaping, play no part in a replay).
+LAYOUT_SETTINGS = (
+    "max_turns",
+    "max_actions_per_turn",
+    "max_actions_per_traj",
+    "max_new_tokens",
+    "max_response_words",
+    "think",
+    "stop_at_answer",
+    "format_every_turn",
+    "context_window",
+    "context_turns",
+)
+DESCRIPTION = """\
+Supervised fine-tuning of a causal LM on agent trajectories, so a small model learns the
+turn format and a good policy before RL. Records (trajectories.jsonl files of `starpo eval`
+or `starpo train`, and/or solver episodes played with --from-solver) are replayed through
+the rollout engine with the RL run's settings, so each example is token for token an RL
+rollout; the loss is the NLL of the agent's tokens. A solver turn reads
+"<think> {the env's rationale} </think> <answer> A1 || A2 </answer>" (without think:
+"<answer> A1 || A2 </answer>"). Writes a Hugging Face model folder (usable as
+`starpo train model.name=OUT` and `starpo eval --model OUT`), sft_summary.json and the
+replayed examples, sft_data.jsonl."""
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the `sft` command to `starpo`'s subparsers; returns its parser."""
+    from starpo.sft.data import SOLVER_SEED_START, validation_seeds
+    from starpo.sft.options import DTYPES, SCHEDULES, option_help
+
+    p = subparsers.add_parser(
+        "sft",
+        help="supervised fine-tuning on trajectories (e.g. the solver's) before RL",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "data",
+        nargs="*",
+        metavar="TRAJECTORIES",
+        help="trajectories.jsonl files or `starpo eval --out` folders",
+    )
+    p.add_argument("--out", required=True, help="output folder (model, sft_summary.json, data)")
+    p.add_argument(
+        "--model", default=None, help="model to fine-tune (default: --config's, else the default)"
+    )
+    p.add_argument(
+        "--config",
+        default=None,
+        help="a `starpo train` config or preset whose rollout settings, env and model to use",
+    )
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu; training in fp32)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars and per-epoch lines")
+
+    val = validation_seeds()
+    g = p.add_argument_group("data")
+    g.add_argument(
+        "--from-solver",
+        type=int,
+        default=0,
+        metavar="N",
+        help=f"also play the solver on N seeds from --seed-start (default {SOLVER_SEED_START}: "
+        f"clear of the validation seeds {val.start}..{val.stop - 1} and of RL's training "
+        f"seeds from 10000)",
+    )
+    g.add_argument(
+        "--from-random",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also play the uniform random policy on N seeds after --from-solver's: a "
+        "format-only warm start (well-formed turns, no solving shown); all kept, whatever "
+        "their outcome, unless --only-success",
+    )
+    g.add_argument(
+        "--env", default=None, help="env of --from-solver / --from-random (default: --config's)"
+    )
+    g.add_argument(
+        "--seed-start",
+        type=int,
+        default=SOLVER_SEED_START,
+        help=f"first seed of --from-solver (default {SOLVER_SEED_START})",
+    )
+    g.add_argument(
+        "--env-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="env constructor argument for solver play and replay (repeatable), e.g. size=6",
+    )
+    g.add_argument(
+        "--actions-per-turn",
+        type=int,
+        default=1,
+        metavar="K",
+        help="actions per turn of a solver episode (default 1)",
+    )
+    g.add_argument(
+        "--only-success",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="keep successful episodes only; --no-only-success keeps all (default: all of "
+        "the solver's, whose actions are optimal even when the env's ice made it fail; only "
+        "successful ones of any other policy)",
+    )
+    _add_layout_flags(p.add_argument_group("layout (as the RL run's rollout.* settings)"))
+    t = p.add_argument_group("training")
+    for name, (default, help_text) in option_help().items():
+        kind: dict[str, Any] = {"type": type(default)}
+        choices = {"schedule": SCHEDULES, "dtype": DTYPES}
+        if name in choices:
+            kind["choices"] = list(choices[name])
+        t.add_argument(
+            flag_name(name), default=default, help=f"{help_text} (default {default})", **kind
+        )
+    p.set_defaults(func=cmd_sft)
+    return p
+
+
+def _add_layout_flags(group: Any) -> None:
+    """One flag per layout setting, with `RolloutSettings`' help; default None = from
+    --config, else the setting's default."""
+    from starpo.config.episode import RolloutSettings
+
+    for f in fields(RolloutSettings):
+        if f.name not in LAYOUT_SETTINGS:
+            continue
+        kind = setting_flag_kind(f.default)
+        help_text = f"{f.metadata['help']} (default: --config's, else {f.default})"
+        group.add_argument(
+            flag_name(f.name), default=None, help=help_text.replace("%", "%%"), **kind
+        )
+
+
+def resolve(args: argparse.Namespace) -> dict[str, Any]:
+    """`run_sft` keyword arguments from the flags, then --config, then defaults."""
+    from starpo.config.episode import RolloutSettings, check_settings
+    from starpo.defaults import DEFAULT_MODEL
+    from starpo.sft.options import TrainOptions
+
+    values: dict[str, Any] = {}
+    model, env_id, env_kwargs = DEFAULT_MODEL, None, {}
+    if args.config:
+        from starpo.config import load_config
+
+        cfg = load_config(args.config)
+        values = asdict_settings(cfg.rollout.settings())
+        model, env_id, env_kwargs = cfg.model.name, cfg.env.id, dict(cfg.env.kwargs)
+    check_seed("--seed-start", args.seed_start)
+    check_seed("--seed", args.seed)
+    flags = {name: getattr(args, name) for name in LAYOUT_SETTINGS}
+    values.update({k: v for k, v in flags.items() if v is not None})
+    check_settings(values, spell=flag_name)
+    options = TrainOptions(**{f.name: getattr(args, f.name) for f in fields(TrainOptions)})
+    if args.actions_per_turn < 1:
+        raise UserError(f"--actions-per-turn must be >= 1, got {args.actions_per_turn}")
+    for flag in ("from_solver", "from_random"):
+        if not 0 <= getattr(args, flag) <= MAX_EPISODES:
+            raise UserError(
+                f"--{flag.replace('_', '-')} must be between 0 and {MAX_EPISODES}, got "
+                f"{getattr(args, flag)}"
+            )
+    return dict(
+        model=args.model or model,
+        data=list(args.data),
+        settings=RolloutSettings(**values),
+        out=args.out,
+        options=options,
+        actions_per_turn=args.actions_per_turn,
+        only_success=args.only_success,
+        from_solver=args.from_solver,
+        from_random=args.from_random,
+        env_id=args.env or env_id,
+        seed_start=args.seed_start,
+        env_kwargs={**env_kwargs, **parse_env_args(args.env_arg)},
+        device=args.device,
+        quiet=args.quiet,
+    )
+
+
+def asdict_settings(settings: Any) -> dict[str, Any]:
+    return {f.name: getattr(settings, f.name) for f in fields(settings)}
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    """Run `starpo sft`; prints a one-screen summary."""
+    from starpo.runs import check_writable
+    from starpo.sft.run import DATA_FILE, SUMMARY_FILE, run_sft
+
+    kwargs = resolve(args)
+    check_writable(Path(args.out), "output folder")  # before any episode or model
+    summary = run_sft(**kwargs)
+    print(format_summary(summary))
+    out = summary["out"]
+    print(f"wrote the model to {out}/ with {SUMMARY_FILE} and {DATA_FILE}")
+    return 0
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """Data counts, the loss per epoch, and time: one screen."""
+    data = summary["data"]
+    lines = [
+        f"records {data['records']}, kept {data['kept']} "
+        f"({data['train_examples']} train, {data['val_examples']} val), "
+        f"{data['tokens']} tokens ({data['agent_tokens']} agent)",
+    ]
+    lines += [f"  skipped {n}: {reason}" for reason, n in data["skipped"].items()]
+    lines.append(
+        f"{'epoch':>5}  {'train loss':>10}  {'train acc':>9}  {'turns':>6}  "
+        f"{'val loss':>8}  {'val acc':>7}  {'turns':>6}"
+    )
+    for row in summary["epochs"]:
+        train = (
+            f"{row['train_loss']:>10.4f}  {row['train_accuracy']:>9.1%}  "
+            f"{row.get('train_turn_accuracy', math.nan):>6.1%}"
+            if "train_loss" in row
+            else f"{'-':>10}  {'-':>9}  {'-':>6}"
+        )
+        val = (
+            f"{row['val_loss']:>8.4f}  {row['val_accuracy']:>7.1%}  "
+            f"{row.get('val_turn_accuracy', math.nan):>6.1%}"
+            if "val_loss" in row
+            else f"{'-':>8}  {'-':>7}  {'-':>6}"
+        )
+        lines.append(f"{row['epoch']:>5}  {train}  {val}")
+    lines.append(
+        "(acc: agent tokens that are the model's top choice; turns: replies whose every token is)"
+    )
+    seconds = summary["seconds"]
+    lines.append(f"time {seconds['total']:.1f} s (training {seconds['training']:.1f} s)")
+    trained = [row for row in summary["epochs"] if "peak_share" in row]
+    if trained:  # GFLOP/s over all epochs: total FLOPs over total seconds
+        spent = sum(row["seconds"] for row in trained)
+        gflops = sum(row["gflops"] * row["seconds"] for row in trained) / spent
+        peak, dtype = trained[-1]["matmul_peak_gflops"], trained[-1]["dtype"]
+        lines.append(
+            f"training speed {gflops:.1f} GFLOP/s = {gflops / peak:.0%} of the {dtype} "
+            f"matmul peak ({peak:.1f} GFLOP/s, starpo.compute.flops)"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,88 @@
+"""The multi-turn recipe's results (`starpo.recipe.stages`): row labels with the settings each row
+was made with, the minutes of every stage, and the table the recipe prints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from starpo.recipe.methods import Recipe
+
+
+def _number(value: float) -> str:
+    """2e-4 as "2e-4", 1.5e-5 as "1.5e-5": an lr as people write it."""
+    mantissa, exponent = f"{value:e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def sft_label(recipe: Recipe) -> str:
+    """E.g. "SFT (400 solver episodes, 5 epochs, lr 2e-4)", or for a format-only warm
+    start "SFT (256 random-policy episodes: format only, 2 epochs, lr 2e-4)"."""
+    epochs = f"{recipe.sft_epochs} epoch{'s' * (recipe.sft_epochs != 1)}"
+    played = "solver episodes"
+    if recipe.sft_from == "random":
+        played = "random-policy episodes: format only"
+    return f"SFT ({recipe.sft_episodes} {played}, {epochs}, lr {_number(recipe.sft_lr)})"
+
+
+def rl_label(label: str, rl: dict[str, Any], budget: float | None) -> str:
+    """E.g. "SFT + GiGPO (37 steps, 30.2 of 30 min)": the steps it ran and its training
+    minutes (of the --rl-minutes budget); a record from before those were kept: none."""
+    steps, minutes = rl.get("steps"), rl.get("train_minutes")
+    if steps is None or minutes is None:
+        return f"SFT + {label}"
+    spent = f"{minutes:.1f} of {budget:g} min" if budget else f"{minutes:.1f} min"
+    return f"SFT + {label} ({steps} step{'s' * (steps != 1)}, {spent})"
+
+
+def stage_minutes(out: Path) -> dict[str, float]:
+    """Minutes of every finished stage, by stage name."""
+    minutes = {}
+    for record in sorted(out.glob("**/stage.json")):
+        kept = json.loads(record.read_text(encoding="utf-8"))
+        minutes[kept["stage"]] = kept["minutes"]
+    return minutes
+
+
+def _against(row: dict[str, Any], base: dict[str, Any]) -> str:
+    """Where `row`'s 95% interval lies against `base`'s: above, below, or overlapping."""
+    if row["success_ci95_low"] > base["success_ci95_high"]:
+        return "above both 95% intervals"
+    if row["success_ci95_high"] < base["success_ci95_low"]:
+        return "below both 95% intervals"
+    return "the 95% intervals overlap"
+
+
+def format_results(results: dict[str, Any]) -> str:
+    """The recipe's table: success with 95% intervals per row, RL's own contribution, and
+    where the time went."""
+    rows = results["rows"]
+    labels = {name: row.get("label", name) for name, row in rows.items()}
+    width = max(16, *(len(label) + 2 for label in labels.values()))
+    lines = [
+        f"{results['env']}: validation seeds from {results['val_seed_start']}, "
+        f"preset {results['preset']}",
+        f"{'policy':<{width}}{'episodes':>9}{'success':>9}  {'95% CI':<17}{'format ok':>10}",
+    ]
+    for name, row in rows.items():
+        interval = f"{row['success_ci95_low']:.1%} - {row['success_ci95_high']:.1%}"
+        lines.append(
+            f"{labels[name]:<{width}}{row['num_episodes']:>9}{row['success']:>9.1%}  "
+            f"{interval:<17}{row['format_ok']:>10.1%}"
+        )
+    sft = rows.get("SFT")
+    for name, rl in rows.items():
+        if sft is None or not name.startswith("SFT + "):
+            continue
+        gain = rl["success"] - sft["success"]
+        lines.append(
+            f"{name[len('SFT + ') :]}'s own contribution: {gain:+.1%} ({_against(rl, sft)})"
+        )
+    spent = results["minutes"]
+    lines.append(
+        "minutes: "
+        + ", ".join(f"{name} {m:.1f}" for name, m in spent.items())
+        + f"; total {sum(spent.values()):.1f}"
+    )
+    return "\n".join(lines)

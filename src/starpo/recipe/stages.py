@@ -1,0 +1,368 @@
+"""The multi-turn recipe on a laptop CPU: base model, SFT on solver play, then StarPO-S.
+
+    starpo demo --env sokoban      # or frozenlake
+    starpo demo --env sokoban --out runs/recipe-sokoban   # resumes a stopped run
+
+Stages, each in a folder of its own under `--out` (a stage whose result is already there is
+not run again, so a stopped recipe resumes where it was):
+
+1. `base/`: the base model on the validation seeds.
+2. `sft/`: `starpo sft` on solver episodes from training seeds (never the validation
+   seeds), laid out exactly as the RL run's rollouts (the preset's rollout section).
+3. `sft-eval/`: the SFT model on the validation seeds.
+4. `rl-<method>/`: `starpo train` with the env's CPU preset (StarPO-S: top-25% groups by
+   reward std, clip-higher, no KL) from the SFT model, once per method (`--methods`):
+   `grpo` (the preset's), `gigpo` (step-level credit) or `ppo` (a critic, bi-level GAE).
+   With `--rl-minutes` every method gets the same budget of training minutes.
+5. `rl-<method>-eval/`: each trained policy on the validation seeds.
+6. `base-think/`: the base model with a think block, on the first 64 seeds under a short
+   budget (it never closes its think block: 400 tokens a turn would cost an hour).
+
+`--no-base` leaves out stages 1 and 6 (the base model's rows never change with the SFT or
+RL settings). Every evaluation uses the same seeds and settings (the preset's rollout section at its
+validation temperature), so the rows compare; `results.json` holds the table, with 95%
+Wilson intervals, the settings of SFT and RL in the row labels, and the minutes each
+stage took. Each stage from SFT on records the settings it was made with
+(`--sft-episodes`, `--sft-epochs`, `--rl-minutes`, RL's steps): a resumed recipe asked
+for other settings stops with one line before any work, rather than reuse results made
+another way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from starpo.errors import UserError
+from starpo.recipe.methods import (
+    DEFAULT_METHODS,
+    METHODS,
+    Recipe,
+    check_methods,
+    recipe_for,
+)
+from starpo.recipe.results import format_results, rl_label, sft_label, stage_minutes
+
+RESULTS_FILE = "results.json"
+#: What the SFT stage may learn from (`--sft-from`; see Recipe.sft_from).
+SFT_SOURCES = ("solver", "random")
+
+
+#: trainer.total_steps of an RL stage given --rl-minutes: more than any budget fits, so the
+#: minutes bind. The CPU presets' learning rate is constant; a cosine schedule (which
+#: decays over total_steps) would barely move.
+BUDGETED_STEPS = 100_000
+
+#: The recipe's flags (and RL's steps) by the names stages record their settings under.
+FLAGS = {
+    "sft_episodes": "--sft-episodes",
+    "sft_epochs": "--sft-epochs",
+    "sft_lr": "SFT lr",
+    "sft_from": "--sft-from",
+    "rl_minutes": "--rl-minutes",
+    "rl_steps": "trainer.total_steps",
+}
+
+
+# ---------------------------------------------------------------------------- stages
+def run_stage(
+    folder: Path,
+    name: str,
+    work: Callable[[], dict[str, Any]],
+    settings: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """`work()` once: its result is kept in `folder/stage.json` with its minutes (and the
+    `settings` it was made with: see `check_kept_settings`), and a later call returns the
+    kept result (resume) instead of running it again."""
+    record = folder / "stage.json"
+    if record.exists():
+        try:
+            kept = json.loads(record.read_text(encoding="utf-8"))
+            print(f"[{name}] done before ({kept['minutes']:.1f} min): {record}", flush=True)
+            return kept
+        except (json.JSONDecodeError, KeyError):
+            print(f"[{name}] {record} is unreadable: running the stage again", flush=True)
+    print(f"[{name}] ...", flush=True)
+    started = time.perf_counter()
+    result = work()
+    kept = {"stage": name, "minutes": (time.perf_counter() - started) / 60, **result}
+    if settings is not None:
+        kept["settings"] = settings
+    folder.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps(kept, indent=2) + "\n", encoding="utf-8")
+    print(f"[{name}] {kept['minutes']:.1f} min", flush=True)
+    return kept
+
+
+def evaluate(model: str, cfg: Any, folder: Path, settings: Any, seeds: int) -> dict[str, Any]:
+    """`model` on `seeds` validation seeds from the preset's first one; writes `starpo
+    eval`'s files in `folder`."""
+    from starpo.evaluation.model import evaluate_model, progress_bar
+    from starpo.evaluation.summary import write_results
+
+    first = cfg.trainer.val_seed_start
+    bar, show = progress_bar(seeds, f"eval {Path(model).name}")
+    with bar:
+        result, summary = evaluate_model(
+            cfg.env.id,
+            model,
+            list(range(first, first + seeds)),
+            settings,
+            device=cfg.model.device,
+            backend=cfg.rollout.backend,
+            dtype=cfg.rollout.dtype,
+            seed=first,
+            env_kwargs=dict(cfg.env.kwargs),
+            on_turn=show,
+        )
+    write_results(folder, result.trajectories, summary)
+    keys = ("success", "success_ci95_low", "success_ci95_high", "format_ok", "num_episodes")
+    return {"model": model, **{k: summary[k] for k in keys}}
+
+
+QUICK = ["trainer.val_seeds=8", "trainer.total_steps=2", "trainer.val_every=0"]
+
+
+def _check_count(flag: str, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or value < 1):
+        raise UserError(f"{flag} must be at least 1, got {value}")
+
+
+def configure(
+    env_id: str,
+    *,
+    quick: bool = False,
+    overrides: Sequence[str] = (),
+    eval_seeds: int | None = None,
+    sft_episodes: int | None = None,
+    sft_epochs: int | None = None,
+    rl_minutes: float | None = None,
+    sft_from: str | None = None,
+) -> tuple[Recipe, list[str]]:
+    """`env_id`'s recipe with the caller's choices (see `run_recipe`), and the overrides
+    of its RL preset; a bad choice is a one-line UserError naming its flag. The caller's
+    values win over `quick`'s, and its overrides (`--steps`) over `rl_minutes`' steps."""
+    recipe = recipe_for(env_id)
+    if quick:
+        recipe = replace(recipe, sft_episodes=16, sft_epochs=1, eval_seeds=8)
+    for flag, value in (
+        ("--eval-seeds", eval_seeds),
+        ("--sft-episodes", sft_episodes),
+        ("--sft-epochs", sft_epochs),
+    ):
+        _check_count(flag, value)
+    if sft_from is not None and sft_from not in SFT_SOURCES:
+        raise UserError(f"--sft-from must be one of {', '.join(SFT_SOURCES)}, got {sft_from!r}")
+    chosen = {
+        "eval_seeds": eval_seeds,
+        "sft_episodes": sft_episodes,
+        "sft_epochs": sft_epochs,
+        "sft_from": sft_from,
+    }
+    recipe = replace(recipe, **{k: v for k, v in chosen.items() if v is not None})
+    budget = []
+    if rl_minutes is not None:
+        if not (math.isfinite(rl_minutes) and rl_minutes > 0):
+            raise UserError(f"--rl-minutes must be a number of minutes above 0, got {rl_minutes:g}")
+        recipe = replace(recipe, rl_minutes=rl_minutes)
+        budget = [f"trainer.total_steps={BUDGETED_STEPS}", f"trainer.max_minutes={rl_minutes!r}"]
+    return recipe, [*(QUICK if quick else []), *budget, *overrides]
+
+
+def sft_settings(recipe: Recipe) -> dict[str, Any]:
+    """What the SFT stage (and every stage after it) is made with. The source of its
+    episodes only when it is not the solver (folders made before it could be chosen
+    recorded none, and are solver-made)."""
+    made = {
+        "sft_episodes": recipe.sft_episodes,
+        "sft_epochs": recipe.sft_epochs,
+        "sft_lr": recipe.sft_lr,
+    }
+    if recipe.sft_from != "solver":
+        made["sft_from"] = recipe.sft_from
+    return made
+
+
+def _show(key: str, value: Any) -> str:
+    flag = FLAGS.get(key, key)
+    if key == "sft_from":  # recorded only when not the solver (see sft_settings)
+        return f"{flag} {value or 'solver'}"
+    return f"no {flag}" if value is None else f"{flag} {value:g}"
+
+
+def check_kept_settings(out: Path, wanted: dict[str, dict[str, Any]]) -> None:
+    """Refuse, in one line and before any work, to resume a recipe folder whose finished
+    stages were made with other settings than `wanted` (stage folder -> settings, in the
+    order the stages depend on each other). A stage that recorded no settings (made
+    before they were recorded) is taken as it is."""
+    folders = list(wanted)
+    for i, folder in enumerate(folders):
+        kept = _kept_settings(out / folder)
+        if kept is None or kept == wanted[folder]:
+            continue
+        keys = [k for k in {**kept, **wanted[folder]} if kept.get(k) != wanted[folder].get(k)]
+        made = ", ".join(_show(k, kept.get(k)) for k in keys)
+        asked = ", ".join(_show(k, wanted[folder].get(k)) for k in keys)
+        redo = ", ".join(folders[i:])
+        raise UserError(
+            f"{out / folder} was made with {made}, not {asked}: pass the same settings to "
+            f"resume, choose another --out, or delete {redo} in {out} to redo them"
+        )
+
+
+def _kept_settings(folder: Path) -> dict[str, Any] | None:
+    """The settings a finished stage recorded (an RL stage's record is in its recipe/)."""
+    nested = folder / "recipe" / "stage.json"
+    record = nested if nested.exists() else folder / "stage.json"
+    try:
+        return json.loads(record.read_text(encoding="utf-8")).get("settings")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None  # not finished, or unreadable: run_stage runs it (again)
+
+
+def train_sft(recipe: Recipe, cfg: Any, sft_dir: Path) -> dict[str, Any]:
+    """The SFT stage: `starpo sft` on solver (or random-policy: `recipe.sft_from`) episodes
+    of training seeds, laid out as the RL preset's rollouts, from `cfg.model.name` into
+    `sft_dir`."""
+    import torch
+
+    from starpo.models.precision import compute_dtype
+    from starpo.sft import run_sft
+    from starpo.sft.train import TrainOptions
+
+    # SFT computes in the RL stage's dtype (auto: bf16 autocast where the CPU has it).
+    mixed = compute_dtype(cfg.model.dtype, cfg.model.device) == torch.bfloat16
+    options = TrainOptions(
+        epochs=recipe.sft_epochs, lr=recipe.sft_lr, dtype="bf16" if mixed else "fp32"
+    )
+    summary = run_sft(
+        cfg.model.name,
+        (),
+        cfg.rollout.settings(),
+        sft_dir,
+        options=options,
+        from_solver=recipe.sft_episodes if recipe.sft_from == "solver" else 0,
+        from_random=recipe.sft_episodes if recipe.sft_from == "random" else 0,
+        env_id=cfg.env.id,
+        env_kwargs=dict(cfg.env.kwargs),
+        device=cfg.model.device,
+    )
+    return {"epochs": summary["epochs"], "data": summary["data"]}
+
+
+def train_rl(rl_cfg: Any, rl_dir: Path) -> dict[str, Any]:
+    """The RL stage: `starpo train` into `rl_dir`, continuing its run when a stopped recipe
+    left a checkpoint; the last step and the training minutes it took (all parts)."""
+    from starpo.runs.metrics import read_metrics
+    from starpo.timing import train_minutes
+    from starpo.trainer import Trainer
+    from starpo.trainer.checkpoint import latest_checkpoint
+
+    resume = latest_checkpoint(rl_dir) is not None
+    Trainer(rl_cfg, rl_dir, resume=resume).train()
+    rows = read_metrics(rl_dir)
+    return {
+        "steps": rows[-1]["step"] if rows else 0,
+        "train_minutes": train_minutes(rows)[-1] if rows else 0.0,
+    }
+
+
+def run_recipe(
+    env_id: str,
+    out: Path,
+    *,
+    quick: bool = False,
+    overrides: Sequence[str] = (),
+    eval_seeds: int | None = None,
+    sft_episodes: int | None = None,
+    sft_epochs: int | None = None,
+    rl_minutes: float | None = None,
+    methods: Sequence[str] = DEFAULT_METHODS,
+    base_rows: bool = True,
+    sft_from: str | None = None,
+) -> dict[str, Any]:
+    """All stages for `env_id` under `out`; returns (and writes) the results table.
+    `quick`: a few seeds, steps and episodes, to try the whole path in minutes;
+    `overrides`: dotted config overrides of the RL preset (its model.name is the base);
+    `eval_seeds`: validation seeds of each row (default the recipe's 256);
+    `sft_episodes`, `sft_epochs`: the SFT stage's solver episodes and epochs (default the
+    recipe's); `rl_minutes`: each RL stage's budget of training minutes
+    (trainer.max_minutes; its steps then do not bind unless `overrides` set them);
+    `methods`: the RL methods (METHODS), each from the same SFT model; `base_rows`: also
+    evaluate the base model (with and without a think block); `sft_from`: "solver" (the
+    recipe's) or "random" (a format-only warm start)."""
+    from starpo.config import load_config
+
+    methods = check_methods(methods)
+    asked = list(overrides)  # the caller's own, kept in results.json
+    recipe, overrides = configure(
+        env_id,
+        quick=quick,
+        overrides=overrides,
+        eval_seeds=eval_seeds,
+        sft_episodes=sft_episodes,
+        sft_epochs=sft_epochs,
+        rl_minutes=rl_minutes,
+        sft_from=sft_from,
+    )
+    cfg = load_config(recipe.preset, overrides)
+    sft_dir = out / "sft"
+    made = sft_settings(recipe)
+    rl_cfgs, rl_made, wanted = {}, {}, {"sft": made, "sft-eval": made}
+    for name in methods:
+        method_overrides = [*overrides, *METHODS[name].overrides, f"model.name={sft_dir}"]
+        rl_cfgs[name] = load_config(recipe.preset, method_overrides)
+        steps = rl_cfgs[name].trainer.total_steps
+        rl_made[name] = {**made, "rl_minutes": recipe.rl_minutes, "rl_steps": steps}
+        wanted.update({f"rl-{name}": rl_made[name], f"rl-{name}-eval": rl_made[name]})
+    check_kept_settings(out, wanted)
+    settings = cfg.rollout.settings(temperature=cfg.trainer.val_temperature)
+    think_settings = replace(settings, think=True, max_new_tokens=recipe.base_think_tokens)
+    base = cfg.model.name
+
+    def evaluation(
+        name: str, folder: str, model: str, play: Any = settings, seeds: int = recipe.eval_seeds,
+        made: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        where = out / folder
+        return run_stage(where, name, lambda: evaluate(model, cfg, where, play, seeds), made)
+
+    rows = {"base": evaluation("base", "base", base)} if base_rows else {}
+    run_stage(sft_dir, "sft", lambda: train_sft(recipe, cfg, sft_dir), made)
+    rows["SFT"] = evaluation("SFT eval", "sft-eval", str(sft_dir), made=made)
+    rows["SFT"]["label"] = sft_label(recipe)
+    ran = {}
+    for name in methods:
+        rl_dir, label = out / f"rl-{name}", METHODS[name].label
+        rl = run_stage(
+            rl_dir / "recipe", f"RL {name}", partial(train_rl, rl_cfgs[name], rl_dir), rl_made[name]
+        )
+        row = evaluation(
+            f"RL {name} eval", f"rl-{name}-eval", str(rl_dir / "final"), made=rl_made[name]
+        )
+        rows[f"SFT + {label}"] = {**row, "label": rl_label(label, rl, recipe.rl_minutes)}
+        ran[name] = {"steps": rl.get("steps"), "train_minutes": rl.get("train_minutes")}
+    if base_rows:
+        # Last: the least telling row (the base model never closes its think block), and
+        # the costliest per episode.
+        seeds = min(recipe.base_think_seeds, recipe.eval_seeds)
+        rows["base, think"] = evaluation("base, think", "base-think", base, think_settings, seeds)
+    results = {
+        "env": env_id,
+        "preset": recipe.preset,
+        "val_seed_start": cfg.trainer.val_seed_start,
+        "settings": {**made, "rl_minutes": recipe.rl_minutes, "methods": list(methods)},
+        "overrides": asked,
+        "rl_runs": ran,
+        "rows": rows,
+        "minutes": stage_minutes(out),
+    }
+    (out / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    print(format_results(results))
+    return results
