@@ -225,13 +225,18 @@ def measure_matmul_peak(dtype: torch.dtype = torch.float32, device: str = "cpu")
     doubles from 256 until a product takes >= 50 ms (or reaches 2048 on a CPU, 8192 on a
     GPU), then the best of 5 products of that size. On a CPU without native bf16, bf16
     stops small (a 2048^3 product there takes ~30 s): its figure then says how slow that
-    dtype is there, it does not flatter anything."""
+    dtype is there, it does not flatter anything.
+
+    The operands come from a generator of its own: the global RNG a run seeded must not
+    depend on whether this process measured the peak already (nor on how many sizes the
+    machine's speed made it try)."""
     where = torch.device(device)
     largest = 8192 if where.type == "cuda" else 2048
+    operands = torch.Generator(device=where).manual_seed(0)
     size = 256
     while True:
-        a = torch.randn(size, size, dtype=dtype, device=where)
-        b = torch.randn(size, size, dtype=dtype, device=where)
+        a = torch.randn(size, size, dtype=dtype, device=where, generator=operands)
+        b = torch.randn(size, size, dtype=dtype, device=where, generator=operands)
         a @ b  # warm-up (kernel choice, allocation)
         _synchronize(where)
         started = time.perf_counter()
