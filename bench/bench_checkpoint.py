@@ -41,9 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import torch  # noqa: E402
 
-from starpo.trainer import checkpoint  # noqa: E402
-from starpo.trainer.checkpoint import checkpoint_bytes  # noqa: E402
-from starpo.trainer.saver import CheckpointSaver, Target  # noqa: E402
+from starpo.trainer.checkpoints import store as checkpoint  # noqa: E402
+from starpo.trainer.checkpoints.saver import CheckpointSaver, Target  # noqa: E402
+from starpo.trainer.checkpoints.store import checkpoint_bytes  # noqa: E402
 
 
 def rereading_write_folder(folder: Path, step: int, state: dict) -> None:

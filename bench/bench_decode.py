@@ -9,7 +9,7 @@ temperature 1 without stopping, so each contender generates exactly batch x toke
 - hf fp32: starpo's `HFBackend`, the engine's generation path before the lean backend;
 - lean fp32 torch / lean fp32 onednn: `LeanBackend` on the model's fp32 tensors, its
   weight matmuls on PyTorch's `F.linear` / on oneDNN's kernel (the `auto` choice for fp32
-  on a CPU, see starpo.rollout.linear_kernels);
+  on a CPU, see starpo.rollout.backends.linear_kernels);
 - lean bf16: `LeanBackend` with a bf16 weight copy.
 
 Tokens/s count the whole call (prompt encoding included), median of `--repeats`. A
@@ -43,10 +43,10 @@ import torch  # noqa: E402
 from common import bandit_prompt_ids, memory_bandwidth_gbs, seconds  # noqa: E402
 from starpo.compute.flops import measure_matmul_peak  # noqa: E402
 from starpo.models import load_model  # noqa: E402
-from starpo.rollout.backend import GenerationRequest, SamplingParams  # noqa: E402
-from starpo.rollout.hf_backend import HFBackend  # noqa: E402
-from starpo.rollout.lean_backend import LeanBackend  # noqa: E402
-from starpo.rollout.linear_kernels import onednn_applies  # noqa: E402
+from starpo.rollout.backends.base import GenerationRequest, SamplingParams  # noqa: E402
+from starpo.rollout.backends.hf import HFBackend  # noqa: E402
+from starpo.rollout.backends.lean import LeanBackend  # noqa: E402
+from starpo.rollout.backends.linear_kernels import onednn_applies  # noqa: E402
 
 
 class Contender:

@@ -23,9 +23,9 @@ import warnings
 
 import torch
 
-from starpo.rollout.lean_backend import LeanBackend
-from starpo.rollout.lean_decoder import LeanLlama
-from starpo.rollout.linear_kernels import _onednn_linear, pack_weight
+from starpo.rollout.backends.lean import LeanBackend
+from starpo.rollout.backends.lean_decoder import LeanLlama
+from starpo.rollout.backends.linear_kernels import _onednn_linear, pack_weight
 
 SHAPES = {"qkv": (960, 576), "gate_up": (3072, 576), "down": (576, 1536)}
 VARIANTS = {

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from starpo.envs import make  # noqa: E402
 from starpo.envs.policies import make_policy  # noqa: E402
-from starpo.envs.sokoban import SokobanEnv  # noqa: E402
-from starpo.envs.sokoban_solver import SokobanSolver  # noqa: E402
+from starpo.envs.sokoban.env import SokobanEnv  # noqa: E402
+from starpo.envs.sokoban.solver import SokobanSolver  # noqa: E402
 
 CONFIGS = {  # id -> constructor arguments (as registered in starpo.envs)
     "sokoban": {"dim_room": (6, 6), "num_boxes": 1},

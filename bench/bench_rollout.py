@@ -33,15 +33,15 @@ import torch  # noqa: E402
 
 from starpo.models import load_model  # noqa: E402
 from starpo.rollout import RolloutEngine, RolloutSettings  # noqa: E402
-from starpo.rollout.backend import (  # noqa: E402
+from starpo.rollout.backends.base import (  # noqa: E402
     BackendNumerics,
     Generation,
     GenerationRequest,
     SamplingParams,
     ends_with_stop,
 )
-from starpo.rollout.hf_backend import HFBackend  # noqa: E402
-from starpo.rollout.lean_backend import LeanBackend  # noqa: E402
+from starpo.rollout.backends.hf import HFBackend  # noqa: E402
+from starpo.rollout.backends.lean import LeanBackend  # noqa: E402
 
 
 class GenerateEveryTurn:

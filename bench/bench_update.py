@@ -60,7 +60,7 @@ from starpo.models.precision import (  # noqa: E402
     cpu_has_native_bf16,
 )
 from starpo.rollout import RolloutEngine  # noqa: E402
-from starpo.rollout.backend import Generation  # noqa: E402
+from starpo.rollout.backends.base import Generation  # noqa: E402
 from starpo.rollout.chat import ChatTokens  # noqa: E402
 from starpo.rollout.prompts import SYSTEM_PROMPT  # noqa: E402
 from starpo.trainer import prepare, update  # noqa: E402

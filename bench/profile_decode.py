@@ -33,9 +33,9 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 from common import bandit_prompt_ids, memory_bandwidth_gbs, seconds  # noqa: E402
 from starpo.compute.flops import measure_matmul_peak  # noqa: E402
 from starpo.models import load_model  # noqa: E402
-from starpo.rollout.backend import GenerationRequest, SamplingParams  # noqa: E402
-from starpo.rollout.lean_backend import LeanBackend  # noqa: E402
-from starpo.rollout.linear_kernels import LINEAR_KERNELS  # noqa: E402
+from starpo.rollout.backends.base import GenerationRequest, SamplingParams  # noqa: E402
+from starpo.rollout.backends.lean import LeanBackend  # noqa: E402
+from starpo.rollout.backends.linear_kernels import LINEAR_KERNELS  # noqa: E402
 
 #: Op name -> group. Ops not named here fall in "other".
 GROUPS = {

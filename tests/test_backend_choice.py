@@ -11,8 +11,8 @@ from transformers import LlamaConfig
 
 from starpo.config import load_config
 from starpo.memory.plan import runtime_for
-from starpo.rollout.lean_backend import auto_picks_lean, build_auto_backend
-from starpo.rollout.lean_decoder import lean_config_support
+from starpo.rollout.backends.lean import auto_picks_lean, build_auto_backend
+from starpo.rollout.backends.lean_decoder import lean_config_support
 
 
 def llama_config(**changes) -> LlamaConfig:

@@ -310,8 +310,8 @@ def stubs(monkeypatch):
     monkeypatch.setattr("starpo.models.loading._cached_tokenizer", would_run)
     monkeypatch.setattr("starpo.envs.check_env", would_run)
     monkeypatch.setattr("starpo.cli.play.play_interactive", would_run)
-    # (`starpo.viewer.serve` names the function that the package exports, not the module)
-    monkeypatch.setattr(importlib.import_module("starpo.viewer.serve"), "_serve", would_run)
+    # (`starpo.viewer.http` names the function that the package exports, not the module)
+    monkeypatch.setattr(importlib.import_module("starpo.viewer.http"), "_serve", would_run)
     monkeypatch.setattr("starpo.viewer.report.build_figure", would_run)
 
 

@@ -10,10 +10,10 @@ from typing import Protocol
 import pytest
 
 from starpo.distributed.rollout_workers import PoolEngine, RolloutPool
-from starpo.rollout.backend import GenerationBackend, PolicySampler
+from starpo.rollout.backends.base import GenerationBackend, PolicySampler
+from starpo.rollout.backends.hf import HFBackend
+from starpo.rollout.backends.lean import LeanBackend
 from starpo.rollout.engine import EpisodePlayer, RolloutEngine
-from starpo.rollout.hf_backend import HFBackend
-from starpo.rollout.lean_backend import LeanBackend
 from starpo.trainer.learners import GradientSync
 from starpo.trainer.sinks import JsonlSink, Sink, TensorBoardSink, WandbSink
 from starpo.trainer.update import DataParallel

@@ -77,8 +77,8 @@ def test_kv_cache_and_episode_length_match_a_lean_rollout(tiny_model_dir, monkey
     mode: a rebuilt prompt starts the KV buffers over and trains as a sequence of its own)."""
     from starpo.models import load_model
     from starpo.rollout import RolloutEngine
-    from starpo.rollout.lean_backend import build_lean_backend
-    from starpo.rollout.lean_kv_store import KVStore
+    from starpo.rollout.backends.lean import build_lean_backend
+    from starpo.rollout.backends.lean_kv_store import KVStore
 
     cfg = load_config(
         "cpu-tiny-smoke",

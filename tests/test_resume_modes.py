@@ -11,7 +11,7 @@ from starpo.cli import parse_args
 from starpo.cli.train import start_or_resume
 from starpo.errors import UserError
 from starpo.runs import RunFolder
-from starpo.trainer.checkpoint import save_checkpoint
+from starpo.trainer.checkpoints.store import save_checkpoint
 
 
 def _old_run(out: Path, *, checkpoint: bool) -> None:

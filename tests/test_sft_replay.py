@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from starpo.envs import TextEnv
-from starpo.envs.frozenlake import FrozenLakeEnv
-from starpo.envs.sokoban import SokobanEnv
+from starpo.envs.frozenlake.env import FrozenLakeEnv
+from starpo.envs.sokoban.env import SokobanEnv
 from starpo.errors import UserError
 from starpo.evaluation.scripted import play_episodes
 from starpo.evaluation.summary import write_results
@@ -46,7 +46,7 @@ def _write(tmp_path: Path, records) -> Path:
 def test_model_rollouts_replay_to_identical_tokens(tiny, tmp_path, think, window):
     """The key invariance: sampled RL rollouts, written and read back, replay to the very
     token ids and loss mask the engine recorded (in every context-window mode)."""
-    from starpo.rollout.hf_backend import HFBackend
+    from starpo.rollout.backends.hf import HFBackend
 
     model, tokenizer = tiny
     settings = RolloutSettings(

@@ -200,9 +200,9 @@ FILTER_MODES = _registry(
 GENERATION_BACKENDS = _registry(
     "generation backend",
     {
-        "auto": ("starpo.rollout.lean_backend:build_auto_backend", {}),
-        "hf": ("starpo.rollout.hf_backend:build_hf_backend", {}),
-        "lean": ("starpo.rollout.lean_backend:build_lean_backend", {}),
+        "auto": ("starpo.rollout.backends.lean:build_auto_backend", {}),
+        "hf": ("starpo.rollout.backends.hf:build_hf_backend", {}),
+        "lean": ("starpo.rollout.backends.lean:build_lean_backend", {}),
     },
 )
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from starpo.envs import check_env, make
-from starpo.envs.countdown import CountdownEnv
-from starpo.envs.countdown_solver import parse_answer, solve
+from starpo.envs.countdown.env import CountdownEnv
+from starpo.envs.countdown.solver import parse_answer, solve
 from starpo.envs.policies import make_policy
 from starpo.errors import UserError
 

@@ -17,13 +17,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from starpo.envs.frozenlake import (
+from starpo.envs.frozenlake.env import (
     FrozenLakeEnv,
     draw_map,
     generate_map,
     validate_desc,
 )
-from starpo.envs.frozenlake_solver import (
+from starpo.envs.frozenlake.solver import (
     ACTIONS,
     MOVES,
     NO_ACTION,
@@ -430,7 +430,7 @@ def test_registry_builds_frozenlake():
 
 
 def test_frozenlake_does_not_import_torch():
-    code = "import sys, starpo.envs.frozenlake; assert 'torch' not in sys.modules"
+    code = "import sys, starpo.envs.frozenlake.env; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

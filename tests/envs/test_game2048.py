@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from starpo.envs import check_env, make
-from starpo.envs.game2048 import SUCCESS_BONUS, Game2048Env
-from starpo.envs.game2048_solver import can_move, merged_tiles, move, slide_row
+from starpo.envs.game2048.env import SUCCESS_BONUS, Game2048Env
+from starpo.envs.game2048.solver import can_move, merged_tiles, move, slide_row
 from starpo.envs.policies import make_policy
 from starpo.errors import UserError
 

@@ -2,7 +2,7 @@
 questions, attempts with feedback, the solver, and the generated arithmetic sets.
 
 tests/envs/data/arithmetic.jsonl is generated; after changing the generator, rewrite it with
-    python -c "from starpo.envs.qa_data import arithmetic_jsonl as a; \
+    python -c "from starpo.envs.qa.data import arithmetic_jsonl as a; \
 open('tests/envs/data/arithmetic.jsonl', 'w').write(a())"
 """
 
@@ -21,8 +21,7 @@ from hypothesis import strategies as st
 from starpo.envs import check_env, make
 from starpo.envs.checker import CHECKS
 from starpo.envs.policies import make_policy
-from starpo.envs.qa import QAEnv
-from starpo.envs.qa_data import (
+from starpo.envs.qa.data import (
     ANSWER_CAP,
     arithmetic_jsonl,
     load_records,
@@ -33,6 +32,7 @@ from starpo.envs.qa_data import (
     seed_index,
     split_answer,
 )
+from starpo.envs.qa.env import QAEnv
 from starpo.errors import UserError
 
 DATA = Path(__file__).parent / "data" / "arithmetic.jsonl"

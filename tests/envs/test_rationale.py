@@ -16,11 +16,11 @@ import pytest
 
 from starpo.envs import TextEnv, make, standalone_ids
 from starpo.envs.bandit import BanditEnv
-from starpo.envs.frozenlake import FrozenLakeEnv
-from starpo.envs.frozenlake_solver import ACTIONS, HOLE, MOVES, transition_matrix, transitions
+from starpo.envs.frozenlake.env import FrozenLakeEnv
+from starpo.envs.frozenlake.solver import ACTIONS, HOLE, MOVES, transition_matrix, transitions
 from starpo.envs.policies import has_rationale, has_solver
-from starpo.envs.sokoban import SokobanEnv
-from starpo.envs.sokoban_solver import DELTAS
+from starpo.envs.sokoban.env import SokobanEnv
+from starpo.envs.sokoban.solver import DELTAS
 
 SOLVER_IDS = [i for i in standalone_ids() if has_solver(make(i))]
 SEEDS = range(30)

@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from starpo.envs import make
-from starpo.envs.sokoban import SokobanEnv
-from starpo.envs.sokoban_levels import format_xsb, generate_level, parse_xsb
-from starpo.envs.sokoban_solver import SearchLimitExceeded, SokobanSolver, solve
+from starpo.envs.sokoban.env import SokobanEnv
+from starpo.envs.sokoban.levels import format_xsb, generate_level, parse_xsb
+from starpo.envs.sokoban.solver import SearchLimitExceeded, SokobanSolver, solve
 from starpo.errors import UserError
 
 SOKOBAN_IDS = ("sokoban", "sokoban-large", "sokoban-newvocab")
@@ -345,7 +345,7 @@ def test_solver_matches_naive_bfs_on_random_boards(board):
 
 
 def format_xsb_cells(shape, walls, targets, boxes, player) -> str:
-    from starpo.envs.sokoban_levels import SokobanLevel
+    from starpo.envs.sokoban.levels import SokobanLevel
 
     return format_xsb(SokobanLevel(shape, walls, targets, boxes, player))
 

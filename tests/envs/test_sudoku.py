@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from starpo.envs import check_env, make
 from starpo.envs.policies import make_policy
-from starpo.envs.sudoku import SudokuEnv, box_name, parse_puzzle
-from starpo.envs.sudoku_puzzles import (
+from starpo.envs.sudoku.env import SudokuEnv, box_name, parse_puzzle
+from starpo.envs.sudoku.puzzles import (
     MAX_BLANKS,
     candidates,
     count_solutions,

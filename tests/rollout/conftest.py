@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 
 import pytest
 
-from starpo.rollout.backend import Generation, GenerationRequest, SamplingParams
+from starpo.rollout.backends.base import Generation, GenerationRequest, SamplingParams
 
 
 @pytest.fixture(scope="session")

@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from starpo.rollout.backend import GenerationRequest, SamplingParams, ends_with_stop, first_stop
-from starpo.rollout.hf_backend import HFBackend, sample_tokens
+from starpo.rollout.backends.base import (
+    GenerationRequest,
+    SamplingParams,
+    ends_with_stop,
+    first_stop,
+)
+from starpo.rollout.backends.hf import HFBackend, sample_tokens
 
 
 def test_greedy_picks_argmax_and_reports_its_logprob():

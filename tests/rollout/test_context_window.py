@@ -13,10 +13,10 @@ from starpo.compute.segments import segment_ids, shift_within_parts, split_parts
 from starpo.config.episode import RolloutSettings
 from starpo.errors import UserError
 from starpo.models import load_tokenizer
-from starpo.rollout.backend import Generation, GenerationRequest, SamplingParams
+from starpo.rollout.backends.base import Generation, GenerationRequest, SamplingParams
+from starpo.rollout.backends.hf import HFBackend
+from starpo.rollout.backends.lean import LeanBackend
 from starpo.rollout.engine import RolloutEngine
-from starpo.rollout.hf_backend import HFBackend
-from starpo.rollout.lean_backend import LeanBackend
 from starpo.types import Trajectory
 
 REPLY = " go </think><answer>Up || Left</answer><|im_end|>"

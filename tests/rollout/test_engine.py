@@ -10,8 +10,8 @@ import torch
 
 from starpo.envs import make
 from starpo.models import load_tokenizer
+from starpo.rollout.backends.hf import HFBackend
 from starpo.rollout.engine import RolloutEngine, RolloutSettings
-from starpo.rollout.hf_backend import HFBackend
 from starpo.types import Trajectory
 
 

@@ -10,18 +10,20 @@ import torch
 
 from starpo.models.precision import rollout_dtype
 from starpo.registry import GENERATION_BACKENDS
-from starpo.rollout import RolloutEngine, RolloutSettings, hf_backend, lean_decoder
-from starpo.rollout.backend import GenerationRequest, SamplingParams
-from starpo.rollout.hf_backend import (
+from starpo.rollout import RolloutEngine, RolloutSettings
+from starpo.rollout.backends import hf as hf_backend
+from starpo.rollout.backends import lean_decoder
+from starpo.rollout.backends.base import GenerationRequest, SamplingParams
+from starpo.rollout.backends.hf import (
     HFBackend,
     block_sums_fp64,
     common_prefix_length,
     inverse_cdf_sample,
 )
-from starpo.rollout.lean_backend import LeanBackend
-from starpo.rollout.lean_decoder import lean_support
-from starpo.rollout.lean_kv_store import KVStore
-from starpo.rollout.linear_kernels import onednn_applies, pick_linear
+from starpo.rollout.backends.lean import LeanBackend
+from starpo.rollout.backends.lean_decoder import lean_support
+from starpo.rollout.backends.lean_kv_store import KVStore
+from starpo.rollout.backends.linear_kernels import onednn_applies, pick_linear
 
 PROMPTS = [[1, 5, 7, 9, 11] * 4, [1, 5, 7, 9, 11] * 4, [2, 3, 4], [2, 3, 4, 8, 8, 8, 8]]
 

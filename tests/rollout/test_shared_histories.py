@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from starpo.rollout import RolloutEngine, RolloutSettings
-from starpo.rollout.backend import GenerationRequest, SamplingParams
-from starpo.rollout.hf_backend import HFBackend
-from starpo.rollout.lean_backend import LeanBackend
+from starpo.rollout.backends.base import GenerationRequest, SamplingParams
+from starpo.rollout.backends.hf import HFBackend
+from starpo.rollout.backends.lean import LeanBackend
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +102,7 @@ def test_released_and_forked_rows_keep_each_sessions_own_history(peaked):
 
 def test_the_rollout_setting_reaches_the_backend_and_is_refused_where_unsupported(tiny):
     from starpo.errors import UserError
-    from starpo.rollout.backend import set_share_histories
+    from starpo.rollout.backends.base import set_share_histories
 
     model, tokenizer = tiny
     backend = HFBackend(model, pad_token_id=tokenizer.pad_token_id)

@@ -20,8 +20,8 @@ from serving import WAIT_S, free_port, running  # noqa: E402
 from starpo.cli import main  # noqa: E402
 from starpo.config.episode import RolloutSettings  # noqa: E402
 from starpo.evaluation.api import ApiPlayer, make_client  # noqa: E402
+from starpo.rollout.backends.hf import HFBackend  # noqa: E402
 from starpo.rollout.engine import RolloutEngine  # noqa: E402
-from starpo.rollout.hf_backend import HFBackend  # noqa: E402
 from starpo.serve.app import build_app  # noqa: E402
 
 NAME = "tiny-policy"

@@ -21,8 +21,8 @@ from serving import WAIT_S, free_port, running
 from starpo.cli import main
 from starpo.config.episode import RolloutSettings
 from starpo.envs import make
+from starpo.rollout.backends.hf import HFBackend
 from starpo.rollout.engine import RolloutEngine
-from starpo.rollout.hf_backend import HFBackend
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("openenv") is None, reason="needs starpo[openenv]"

@@ -18,8 +18,8 @@ openai = pytest.importorskip("openai")
 
 from serving import WAIT_S, running  # noqa: E402
 
-from starpo.rollout.backend import GenerationRequest, SamplingParams  # noqa: E402
-from starpo.rollout.hf_backend import HFBackend  # noqa: E402
+from starpo.rollout.backends.base import GenerationRequest, SamplingParams  # noqa: E402
+from starpo.rollout.backends.hf import HFBackend  # noqa: E402
 from starpo.serve.app import build_app  # noqa: E402
 
 NAME = "tiny-policy"

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from starpo.errors import UserError
-from starpo.trainer import checkpoint as ckpt
-from starpo.trainer.checkpoint import (
+from starpo.trainer.checkpoints import store as ckpt
+from starpo.trainer.checkpoints.store import (
     capture_rng_state,
     checkpoint_step,
     find_resume_point,
@@ -219,7 +219,7 @@ def test_find_resume_point_without_checkpoints(tmp_path):
 
 def test_an_unwritable_run_folder_is_one_line_before_any_model_loads(tmp_path, monkeypatch):
     from starpo.config import load_config
-    from starpo.trainer.checkpoint import check_writable
+    from starpo.trainer.checkpoints.store import check_writable
     from starpo.trainer.loop import Trainer
 
     blocker = tmp_path / "a-file"
@@ -236,7 +236,7 @@ def test_an_unwritable_run_folder_is_one_line_before_any_model_loads(tmp_path, m
 
 
 def test_too_little_free_space_for_a_checkpoint_is_one_line(tmp_path):
-    from starpo.trainer.checkpoint import check_free_space
+    from starpo.trainer.checkpoints.store import check_free_space
 
     check_free_space(tmp_path, 1024)  # a KiB fits anywhere
     with pytest.raises(UserError, match=r"needs about .* GiB, and the disk of .* GiB free"):
@@ -248,7 +248,7 @@ def test_the_trainer_checks_room_for_a_checkpoint_before_its_first_step(
 ):
     from collections import namedtuple
 
-    from starpo.trainer import checkpoint
+    from starpo.trainer.checkpoints import store as checkpoint
     from starpo.trainer.loop import Trainer
 
     usage = namedtuple("usage", "total used free")
@@ -265,7 +265,7 @@ def test_too_little_free_space_is_reported_before_the_model_loads(
     from collections import namedtuple
 
     from starpo.config import load_config
-    from starpo.trainer import checkpoint
+    from starpo.trainer.checkpoints import store as checkpoint
     from starpo.trainer.loop import Trainer
 
     def no_loading(*args, **kwargs):

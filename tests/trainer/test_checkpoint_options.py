@@ -11,7 +11,7 @@ import torch
 from run_metrics import comparable
 
 from starpo.runs.metrics import read_metrics
-from starpo.trainer.checkpoint import checkpoint_bytes, latest_checkpoint, load_checkpoint
+from starpo.trainer.checkpoints.store import checkpoint_bytes, latest_checkpoint, load_checkpoint
 from starpo.trainer.loop import Trainer
 
 pytestmark = pytest.mark.slow  # end-to-end Trainer.train() runs
@@ -138,7 +138,7 @@ def test_a_failed_background_write_stops_the_run_with_one_line(
     tmp_path: Path, bigram_model, make_bandit_config, monkeypatch
 ):
     from starpo.errors import UserError
-    from starpo.trainer import saver
+    from starpo.trainer.checkpoints import saver
 
     real_save = saver.save_checkpoint
 

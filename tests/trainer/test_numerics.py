@@ -236,7 +236,7 @@ def test_bf16_lean_rollouts_train_with_recomputed_old_logprobs(
     """fp32 training, bf16 rollouts (rollout.dtype=bf16, the default on CPUs with native
     bf16): old log-probs are recomputed, the gap is logged, and the rollout copy follows
     every update."""
-    from starpo.rollout.lean_backend import LeanBackend
+    from starpo.rollout.backends.lean import LeanBackend
     from starpo.trainer.loop import Trainer
 
     cfg = make_bandit_config("grpo", total_steps=2, **{"rollout.dtype": "bf16"})

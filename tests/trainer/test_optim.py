@@ -12,7 +12,7 @@ from starpo.compute.lr_schedule import lr_multiplier
 from starpo.errors import UserError
 from starpo.runs.metrics import read_metrics
 from starpo.trainer import prepare
-from starpo.trainer.checkpoint import latest_checkpoint, load_checkpoint
+from starpo.trainer.checkpoints.store import latest_checkpoint, load_checkpoint
 from starpo.trainer.loop import Trainer
 
 

@@ -15,7 +15,7 @@ import torch
 
 from starpo import envs, registry
 from starpo.envs.base import TextEnv
-from starpo.rollout.backend import BackendNumerics, Generation
+from starpo.rollout.backends.base import BackendNumerics, Generation
 from starpo.runs.metrics import read_metrics
 from starpo.trainer.loop import Trainer
 

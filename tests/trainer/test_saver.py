@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from starpo.errors import UserError
-from starpo.trainer import saver
-from starpo.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from starpo.trainer.saver import BackgroundWriter, CheckpointSaver, Target, snapshot
+from starpo.trainer.checkpoints import saver
+from starpo.trainer.checkpoints.saver import BackgroundWriter, CheckpointSaver, Target, snapshot
+from starpo.trainer.checkpoints.store import latest_checkpoint, load_checkpoint, save_checkpoint
 
 
 def test_snapshot_is_not_changed_by_later_updates():
@@ -131,8 +131,8 @@ KILLED_MID_WRITE = """
     import os, signal, sys, time
     from pathlib import Path
     import torch
-    from starpo.trainer import checkpoint
-    from starpo.trainer.saver import BackgroundWriter, Target
+    from starpo.trainer.checkpoints import store as checkpoint
+    from starpo.trainer.checkpoints.saver import BackgroundWriter, Target
 
     run_dir = Path(sys.argv[1])
     checkpoint.save_checkpoint(run_dir, 1, {"w": torch.zeros(1000)}, keep=2)

@@ -16,7 +16,7 @@ from run_metrics import comparable
 from starpo import timing
 from starpo.runs.metrics import read_metrics
 from starpo.timing import TRAIN_MINUTES
-from starpo.trainer.checkpoint import latest_checkpoint, load_checkpoint
+from starpo.trainer.checkpoints.store import latest_checkpoint, load_checkpoint
 from starpo.trainer.loop import Trainer
 
 pytestmark = pytest.mark.slow  # end-to-end Trainer.train() runs

@@ -20,7 +20,7 @@ def start_or_resume(out: Path, mode: str | None, overwrite: bool) -> tuple[bool,
     removes that run's outputs first (a fresh start never mixes with an older run's files).
     """
     from starpo.runs import RunFolder
-    from starpo.trainer.checkpoint import latest_checkpoint
+    from starpo.trainer.checkpoints.store import latest_checkpoint
 
     folder = RunFolder(out)
     if mode == "latest":

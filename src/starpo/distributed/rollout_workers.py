@@ -78,7 +78,7 @@ class RolloutWorker:
         registered there at run time is one the worker's own registry never saw)."""
         import torch
 
-        from starpo.rollout.backend import set_share_histories
+        from starpo.rollout.backends.base import set_share_histories
 
         torch.set_num_threads(threads)
         self.model, self.tokenizer = model.eval(), tokenizer
@@ -134,7 +134,7 @@ class BroadcastStats:
 
 class RolloutPool:
     """N rollout actors behind the calls the trainer makes of a backend: a
-    `starpo.rollout.backend.PolicySampler` (`seed`, `update_weights`, `numerics`), plus an
+    `starpo.rollout.backends.base.PolicySampler` (`seed`, `update_weights`, `numerics`), plus an
     `EpisodePlayer` per rollout settings (`engine`)."""
 
     def __init__(

@@ -44,71 +44,71 @@ register(
 )
 register(
     "frozenlake",
-    "starpo.envs.frozenlake:FrozenLakeEnv",
+    "starpo.envs.frozenlake.env:FrozenLakeEnv",
     description="Slippery FrozenLake on random 4x4 maps with a guaranteed path.",
 )
 register(
     "sokoban",
-    "starpo.envs.sokoban:SokobanEnv",
+    "starpo.envs.sokoban.env:SokobanEnv",
     kwargs={"dim_room": (6, 6), "num_boxes": 1},
     description="Sokoban 6x6 with 1 box, solvable within the action budget.",
 )
 register(
     "sokoban-coord",
-    "starpo.envs.sokoban:SokobanEnv",
+    "starpo.envs.sokoban.env:SokobanEnv",
     kwargs={"dim_room": (6, 6), "num_boxes": 1, "coordinates": True},
     description="Sokoban 6x6 with 1 box, the grid plus player, box and target coordinates "
     "(RAGEN-2's CoordSokoban).",
 )
 register(
     "sokoban-large",
-    "starpo.envs.sokoban:SokobanEnv",
+    "starpo.envs.sokoban.env:SokobanEnv",
     kwargs={"dim_room": (8, 8), "num_boxes": 2},
     description="Sokoban 8x8 with 2 boxes, solvable within the action budget.",
 )
 register(
     "sokoban-newvocab",
-    "starpo.envs.sokoban:SokobanEnv",
+    "starpo.envs.sokoban.env:SokobanEnv",
     kwargs={"dim_room": (6, 6), "num_boxes": 1, "vocab": "newvocab"},
     description="Sokoban 6x6 with 1 box drawn with other symbols (W . G C B A @).",
 )
 register(
     "qa",
-    "starpo.envs.qa:QAEnv",
+    "starpo.envs.qa.env:QAEnv",
     description="Question answering: a JSONL file of questions and answers (env.kwargs.path, "
     "e.g. GSM8K), numeric or exact answers; without a file, generated arithmetic.",
 )
 register(
     "sudoku",
-    "starpo.envs.sudoku:SudokuEnv",
+    "starpo.envs.sudoku.env:SudokuEnv",
     description="Sudoku 4x4 with 6 blanks and a unique solution; one placement (r2c3=4) a turn.",
 )
 register(
     "sudoku-9x9",
-    "starpo.envs.sudoku:SudokuEnv",
+    "starpo.envs.sudoku.env:SudokuEnv",
     kwargs={"size": 9, "num_blanks": 30},
     description="Sudoku 9x9 with 30 blanks and a unique solution; one placement (r2c3=4) a turn.",
 )
 register(
     "countdown",
-    "starpo.envs.countdown:CountdownEnv",
+    "starpo.envs.countdown.env:CountdownEnv",
     description="Countdown: reach the target with + - * / using each of 3-4 numbers once; "
     "one answer.",
 )
 register(
     "countdown-multi",
-    "starpo.envs.countdown:CountdownEnv",
+    "starpo.envs.countdown.env:CountdownEnv",
     kwargs={"attempts": 4},
     description="Countdown with 4 attempts: a wrong answer is told why (value, numbers used).",
 )
 register(
     "2048",
-    "starpo.envs.game2048:Game2048Env",
+    "starpo.envs.game2048.env:Game2048Env",
     description="2048 on a 4x4 board: merge tiles up to 256 within 250 moves (long horizon).",
 )
 register(
     "2048-3x3",
-    "starpo.envs.game2048:Game2048Env",
+    "starpo.envs.game2048.env:Game2048Env",
     kwargs={"size": 3, "target": 64, "max_steps": 80},
     description="2048 on a 3x3 board: merge tiles up to 64 within 80 moves.",
 )

@@ -9,7 +9,7 @@ from typing import Any
 
 from starpo.config.episode import RolloutSettings
 from starpo.evaluation.summary import summarise
-from starpo.rollout.backend import (
+from starpo.rollout.backends.base import (
     Generation,
     GenerationBackend,
     GenerationRequest,

@@ -149,9 +149,9 @@ def runtime_for(cfg: Any, model_type: str | None, model_config: Any = None) -> R
 
     from starpo.models.loading import resolve_device
     from starpo.models.precision import compute_dtype, rollout_dtype
-    from starpo.rollout.lean_backend import auto_picks_lean
-    from starpo.rollout.lean_decoder import lean_config_support
-    from starpo.rollout.linear_kernels import onednn_applies
+    from starpo.rollout.backends.lean import auto_picks_lean
+    from starpo.rollout.backends.lean_decoder import lean_config_support
+    from starpo.rollout.backends.linear_kernels import onednn_applies
 
     device = resolve_device(cfg.model.device)
     compute = compute_dtype(cfg.model.dtype, device)

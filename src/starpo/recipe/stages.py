@@ -262,7 +262,7 @@ def train_rl(rl_cfg: Any, rl_dir: Path) -> dict[str, Any]:
     from starpo.runs.metrics import read_metrics
     from starpo.timing import train_minutes
     from starpo.trainer import Trainer
-    from starpo.trainer.checkpoint import latest_checkpoint
+    from starpo.trainer.checkpoints.store import latest_checkpoint
 
     resume = latest_checkpoint(rl_dir) is not None
     Trainer(rl_cfg, rl_dir, resume=resume).train()

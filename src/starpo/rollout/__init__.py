@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from starpo.rollout.backend import (
+from starpo.rollout.backends.base import (
     BackendNumerics,
     Generation,
     GenerationBackend,
@@ -28,7 +28,7 @@ def __getattr__(name: str) -> Any:
     """`HFBackend` on first use only: it imports torch, which the settings, prompts and
     parser (read by the config and `starpo --help`) do not need."""
     if name == "HFBackend":
-        from starpo.rollout.hf_backend import HFBackend
+        from starpo.rollout.backends.hf import HFBackend
 
         return HFBackend
     raise AttributeError(f"module 'starpo.rollout' has no attribute {name!r}")

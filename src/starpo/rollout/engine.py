@@ -18,7 +18,7 @@ from starpo.config.episode import RolloutSettings
 from starpo.envs import TextEnv, make
 from starpo.envs.base import state_digest
 from starpo.rollout import prompts
-from starpo.rollout.backend import (
+from starpo.rollout.backends.base import (
     Generation,
     GenerationBackend,
     GenerationRequest,

@@ -7,7 +7,7 @@ A training run folder (`starpo train --out RUN`):
     RUN/alerts.jsonl                  the collapse detector's alerts, one a line
     RUN/trajectories/step_NNNNNN.jsonl      sampled training trajectories of step N
     RUN/val_trajectories/step_NNNNNN.jsonl  every validation trajectory of step N
-    RUN/checkpoints/step_NNNNNN/      resumable checkpoints (see trainer/checkpoint.py)
+    RUN/checkpoints/step_NNNNNN/      resumable checkpoints (see trainer/checkpoints/store.py)
     RUN/healthy/checkpoints/...       the last checkpoint taken while the detector was healthy
     RUN/final/                        the trained policy as a Hugging Face folder
     RUN/tensorboard/, RUN/wandb_id.txt      optional mirrors of metrics.jsonl

@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from starpo.rollout.backend import Generation, GenerationBackend
+from starpo.rollout.backends.base import Generation, GenerationBackend
 from starpo.serve.batcher import Batcher, BatchKey
 
 #: max_tokens when a request gives none (capped by what the context has left).

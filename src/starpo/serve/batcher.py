@@ -16,7 +16,12 @@ import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from starpo.rollout.backend import Generation, GenerationBackend, GenerationRequest, SamplingParams
+from starpo.rollout.backends.base import (
+    Generation,
+    GenerationBackend,
+    GenerationRequest,
+    SamplingParams,
+)
 
 #: How long the worker waits for more requests after the first one of a batch (seconds).
 #: Short against a decode (tens of ms) and long enough for clients that start together.

@@ -19,7 +19,7 @@ from typing import Any
 from starpo.envs import make
 from starpo.envs.policies import has_rationale
 from starpo.errors import UserError
-from starpo.rollout.backend import (
+from starpo.rollout.backends.base import (
     BackendNumerics,
     Generation,
     GenerationRequest,

@@ -19,7 +19,7 @@ from starpo.diagnostics import (
     state_metrics,
 )
 from starpo.runs import RunFolder
-from starpo.trainer.checkpoint import latest_checkpoint
+from starpo.trainer.checkpoints.store import latest_checkpoint
 
 
 def skipped_updates_alert(step: int, skipped: int, limit: int, consecutive: int) -> Alert:

@@ -25,7 +25,9 @@ from starpo.registry import GENERATION_BACKENDS
 from starpo.runs import RunFolder
 from starpo.timing import TRAIN_MINUTES, Timer, step_train_seconds
 from starpo.trainer.budget import TrainingBudget
-from starpo.trainer.checkpoint import (
+from starpo.trainer.checkpoints.contents import checkpoint_contents, restore_training_state
+from starpo.trainer.checkpoints.saver import CheckpointSaver, Target
+from starpo.trainer.checkpoints.store import (
     check_free_space,
     check_writable,
     find_resume_point,
@@ -37,8 +39,6 @@ from starpo.trainer.episodes import KeptGroups, keep_uncertain_groups, play_step
 from starpo.trainer.mi_probe import mi_probe
 from starpo.trainer.optim import Optimizers, build_optimizers
 from starpo.trainer.prepare import old_logprobs_recomputed, prepare
-from starpo.trainer.run_state import checkpoint_contents, restore_training_state
-from starpo.trainer.saver import CheckpointSaver, Target
 from starpo.trainer.sinks import RunLogger, format_step_line, training_line_keys
 from starpo.trainer.train_models import TrainModels, build_models
 from starpo.trainer.update import UPDATE_FLOPS, SkipCounter, ppo_update, update_speed

@@ -15,9 +15,9 @@ from starpo.compute.batch import TrainBatch
 from starpo.config import TrainConfig, config_to_dict
 from starpo.config.episode import RolloutSettings
 from starpo.errors import UserError
-from starpo.rollout.backend import set_share_histories
+from starpo.rollout.backends.base import set_share_histories
 from starpo.rollout.engine import RolloutEngine
-from starpo.trainer.checkpoint import latest_checkpoint
+from starpo.trainer.checkpoints.store import latest_checkpoint
 from starpo.trainer.optim import Optimizers
 from starpo.trainer.train_models import TrainModels
 from starpo.trainer.update import SkipCounter, ppo_update

@@ -9,6 +9,6 @@ Both only read what training (`trajectories/`, `val_trajectories/`, `metrics.jso
 from __future__ import annotations
 
 from starpo.viewer.html import build_viewer
-from starpo.viewer.serve import serve, view_main
+from starpo.viewer.http import serve, view_main
 
 __all__ = ["build_viewer", "serve", "view_main"]

@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from starpo.envs.base import TextEnv
-from starpo.envs.countdown_solver import (
+from starpo.envs.countdown.solver import (
     OPERATIONS,
     Answer,
     generate_level,

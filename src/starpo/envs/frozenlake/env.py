@@ -28,7 +28,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from starpo.envs.base import TextEnv, check_cell_sep
-from starpo.envs.frozenlake_solver import (
+from starpo.envs.frozenlake.solver import (
     ACTIONS,
     FROZEN,
     GOAL,

@@ -5,7 +5,7 @@ Pure functions on a map (`desc`), written with Gymnasium's letters: `S` start, `
 `str`/`bytes` cells (Gymnasium's `env.unwrapped.desc`). States are numbered row-major,
 `s = row * ncol + col`; actions follow Gymnasium FrozenLake-v1: 0 Left, 1 Down, 2 Right, 3 Up.
 
-The env (`frozenlake.py`) moves its player with `next_position` and `slip_directions`, so the
+The env (`env.py`) moves its player with `next_position` and `slip_directions`, so the
 env and this model share one definition of a move. Because the only reward is +1 on reaching
 the goal, "expected return within t steps" and "probability of reaching the goal within t
 steps" are the same number; `solve` computes it exactly for every state and steps-left.

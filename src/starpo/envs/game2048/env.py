@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from starpo.envs.base import TextEnv
-from starpo.envs.game2048_solver import (
+from starpo.envs.game2048.solver import (
     ACTIONS,
     Board,
     best_move,

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from starpo.envs.base import TextEnv
-from starpo.envs.qa_data import (
+from starpo.envs.qa.data import (
     ANSWER_CAP,
     Record,
     arithmetic_record,

@@ -26,8 +26,8 @@ from numbers import Integral
 from typing import Any, ClassVar, NamedTuple
 
 from starpo.envs.base import TextEnv, check_cell_sep
-from starpo.envs.sokoban_levels import SokobanLevel, generate_level, parse_xsb
-from starpo.envs.sokoban_solver import ACTION_NAMES, DELTAS, SokobanSolver
+from starpo.envs.sokoban.levels import SokobanLevel, generate_level, parse_xsb
+from starpo.envs.sokoban.solver import ACTION_NAMES, DELTAS, SokobanSolver
 from starpo.errors import UserError
 
 Cell = tuple[int, int]

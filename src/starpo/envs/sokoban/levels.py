@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from starpo.envs.sokoban_solver import DELTAS, SokobanSolver
+from starpo.envs.sokoban.solver import DELTAS, SokobanSolver
 from starpo.errors import UserError
 
 Cell = tuple[int, int]

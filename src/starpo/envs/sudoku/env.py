@@ -36,7 +36,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from starpo.envs.base import TextEnv
-from starpo.envs.sudoku_puzzles import (
+from starpo.envs.sudoku.puzzles import (
     MAX_BLANKS,
     SIZES,
     Deduction,

@@ -18,7 +18,7 @@ from transformers import DynamicCache
 
 from starpo.models.compat import cache_argument
 from starpo.models.precision import precision_for
-from starpo.rollout.backend import (
+from starpo.rollout.backends.base import (
     BackendNumerics,
     Generation,
     GenerationRequest,

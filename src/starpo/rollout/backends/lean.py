@@ -28,9 +28,9 @@ from typing import Any
 
 import torch
 
-from starpo.rollout.backend import BackendNumerics
-from starpo.rollout.hf_backend import HFBackend, build_hf_backend
-from starpo.rollout.lean_decoder import LeanLlama, attention_mask, lean_support
+from starpo.rollout.backends.base import BackendNumerics
+from starpo.rollout.backends.hf import HFBackend, build_hf_backend
+from starpo.rollout.backends.lean_decoder import LeanLlama, attention_mask, lean_support
 
 
 class LeanBackend(HFBackend):

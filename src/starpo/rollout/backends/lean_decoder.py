@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from starpo.models.compat import uses_sliding_window
-from starpo.rollout.lean_kv_store import KVStore
-from starpo.rollout.linear_kernels import pack_weight, pick_linear
+from starpo.rollout.backends.lean_kv_store import KVStore
+from starpo.rollout.backends.linear_kernels import pack_weight, pick_linear
 
 #: Model types whose decoder layers are exactly what `LeanLlama` computes.
 LEAN_MODEL_TYPES = ("llama", "qwen2", "mistral")

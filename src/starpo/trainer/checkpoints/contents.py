@@ -1,8 +1,8 @@
 """What a training checkpoint holds and how the trainable state comes back from one: the
 trainable weights (frozen ones and the reference model are rebuilt from model.name),
 AdamW's moments and the schedules, RNG, config, diagnostics and trainer counters. Saving
-(atomic folders, async writes, pruning) is `starpo.trainer.saver`; reading and finding
-checkpoints is `starpo.trainer.checkpoint`."""
+(atomic folders, async writes, pruning) is `starpo.trainer.checkpoints.saver`; reading and finding
+checkpoints is `starpo.trainer.checkpoints.store`."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from starpo.compute.weights import load_trainable_state, trainable_state
 from starpo.config import TrainConfig, config_to_dict
 from starpo.logs import warn
 from starpo.trainer.budget import STATE_KEY
-from starpo.trainer.checkpoint import capture_rng_state
+from starpo.trainer.checkpoints.saver import OPTIMIZER_KEYS
+from starpo.trainer.checkpoints.store import capture_rng_state
 from starpo.trainer.optim import Optimizers
-from starpo.trainer.saver import OPTIMIZER_KEYS
 from starpo.trainer.train_models import TrainModels
 
 

@@ -20,7 +20,7 @@ import torch
 from starpo import runs
 from starpo.errors import UserError
 from starpo.logs import warn
-from starpo.trainer.checkpoint import checkpoint_bytes, save_checkpoint
+from starpo.trainer.checkpoints.store import checkpoint_bytes, save_checkpoint
 
 #: What trainer.checkpoint_contents=weights leaves out of `Trainer.checkpoint_state`:
 #: AdamW's moments (2/3 of a full checkpoint). The schedules, RNG, diagnostics and
