@@ -194,3 +194,13 @@ def test_train_help_imports_no_torch():
     assert result.returncode == 0, result.stderr
     assert "diagnostics.ema_alpha" in result.stdout and "cpu-tiny-smoke" in result.stdout
     assert result.stdout.strip().endswith("no torch")
+
+
+def test_the_command_loads_every_subcommand_without_numpy_or_torch():
+    # `starpo` imports every subcommand's module to build its parser: each keeps what its
+    # command needs (envs and numpy, torch, models) inside the command, so `starpo --help`
+    # and a mistyped flag answer at once.
+    code = "import sys, starpo.cli; print(sorted({'numpy', 'torch'} & set(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

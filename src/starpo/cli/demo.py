@@ -16,10 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from starpo.envs import make
-from starpo.envs.policies import make_policy
 from starpo.errors import UserError
-from starpo.evaluation.scripted import run_episode
 
 DEMO_ENVS = (
     "bandit",
@@ -41,6 +38,10 @@ DEMO_PRESET = "cpu-bandit-starpo-s"  # shipped in starpo/config/presets/
 # --------------------------------------------------------------------- env showcase
 def show_episode(env_id: str, policy_name: str, seed: int = DEMO_SEED) -> bool:
     """Print one episode frame by frame; return its success."""
+    from starpo.envs import make
+    from starpo.envs.policies import make_policy
+    from starpo.evaluation.scripted import run_episode
+
     env = make(env_id)
     policy = make_policy(policy_name, seed=seed)
     episode = run_episode(env, policy, seed=seed, env_id=env_id, policy_name=policy_name)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from starpo.cli.args import add_env_arg_flag, check_seed, parse_env_args
-from starpo.envs import TextEnv
+
+if TYPE_CHECKING:  # every subcommand module loads with `starpo`: no numpy before it is used
+    from starpo.envs import TextEnv
 
 QUIT_WORDS = {"quit", "exit", "q"}
 
