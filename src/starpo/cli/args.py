@@ -75,11 +75,13 @@ def add_decode_flags(parser: Any) -> None:
     )
 
 
-ENV_ARG_HELP = "env constructor argument KEY=VALUE (repeatable), e.g. size=6"
+def add_env_id_argument(parser: Any) -> None:
+    """The positional env id of a command that acts on one env."""
+    parser.add_argument("env_id", help="a registered env id (see `starpo envs`)")
 
 
-def add_env_arg_flag(parser: Any) -> None:
+def add_env_arg_flag(
+    parser: Any, what: str = "env constructor argument KEY=VALUE (repeatable), e.g. size=6"
+) -> None:
     """`--env-arg KEY=VALUE`, repeatable: the env's constructor arguments (`parse_env_args`)."""
-    parser.add_argument(
-        "--env-arg", action="append", default=[], metavar="KEY=VALUE", help=ENV_ARG_HELP
-    )
+    parser.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help=what)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from starpo.cli.args import add_env_arg_flag, parse_env_args
+from starpo.cli.args import add_env_arg_flag, add_env_id_argument, parse_env_args
 
 
 def cmd_check_env(args: argparse.Namespace) -> int:
@@ -28,6 +28,6 @@ def cmd_check_env(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("check-env", help="run the env checker on an env id (exit 0 = pass)")
-    p.add_argument("env_id", help="a registered env id (see `starpo envs`)")
+    add_env_id_argument(p)
     add_env_arg_flag(p)
     p.set_defaults(func=cmd_check_env)

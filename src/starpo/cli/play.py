@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from starpo.cli.args import add_env_arg_flag, check_seed, parse_env_args
+from starpo.cli.args import add_env_arg_flag, add_env_id_argument, check_seed, parse_env_args
 
 if TYPE_CHECKING:  # every subcommand module loads with `starpo`: no numpy before it is used
     from starpo.envs import TextEnv
@@ -73,7 +73,7 @@ def cmd_play(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("play", help="play an environment yourself in the terminal")
-    p.add_argument("env_id", help="a registered env id (see `starpo envs`)")
+    add_env_id_argument(p)
     p.add_argument("--seed", type=int, default=None, help="seed of the episode (default: random)")
     add_env_arg_flag(p)
     p.set_defaults(func=cmd_play)

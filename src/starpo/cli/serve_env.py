@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from starpo.cli.args import add_env_arg_flag, add_env_id_argument
 from starpo.cli.serve import add_address_flags, positive_int, serve_until_stopped
 from starpo.errors import UserError
 
@@ -26,14 +27,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("env_id", help="a registered env id (see `starpo envs`)")
-    p.add_argument(
-        "--env-arg",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="env constructor argument KEY=VALUE (repeatable), e.g. size=6",
-    )
+    add_env_id_argument(p)
+    add_env_arg_flag(p)
     add_address_flags(p, port=8001)
     p.add_argument(
         "--max-sessions",

@@ -15,6 +15,7 @@ from typing import Any
 
 from starpo.cli.args import (
     MAX_EPISODES,
+    add_env_arg_flag,
     check_seed,
     flag_name,
     parse_env_args,
@@ -106,12 +107,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=SOLVER_SEED_START,
         help=f"first seed of --from-solver (default {SOLVER_SEED_START})",
     )
-    g.add_argument(
-        "--env-arg",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="env constructor argument for solver play and replay (repeatable), e.g. size=6",
+    add_env_arg_flag(
+        g, "env constructor argument for solver play and replay (repeatable), e.g. size=6"
     )
     g.add_argument(
         "--actions-per-turn",
