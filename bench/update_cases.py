@@ -73,8 +73,7 @@ def group_prefixes(batch: TrainBatch) -> list[tuple[int, int]]:
     out = []
     for group in torch.unique(batch.group_ids):
         part = batch.select(torch.nonzero(batch.group_ids == group)[:, 0])
-        prefix = forward.shared_prefix_length(part)
-        out.append((len(part), prefix if prefix >= forward.MIN_SHARED_PREFIX else 0))
+        out.append((len(part), forward.cached_prefix_length(part)))
     return out
 
 

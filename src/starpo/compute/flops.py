@@ -184,8 +184,7 @@ def detached_context_pass(
     rows, width = batch.input_ids.shape
     targets = torch.nonzero(batch.loss_mask.any(dim=0)).squeeze(1)
     read = rows * int((targets > 0).sum())
-    prefix = forward.shared_prefix_length(batch) if rows > 1 else 0
-    prefix = prefix if prefix >= forward.MIN_SHARED_PREFIX else 0
+    prefix = forward.cached_prefix_length(batch)
     context_tokens = prefix + rows * (width - prefix)
     tails = torch.full((rows,), width - prefix)
     context = decoder_flops(shape, context_tokens, causal_pairs(prefix, tails))

@@ -66,6 +66,14 @@ def shared_prefix_length(batch: TrainBatch) -> int:
     return min(prefix, int(batch.attention_mask.sum(dim=1).min()) - 1)
 
 
+def cached_prefix_length(batch: TrainBatch) -> int:
+    """The shared prompt a forward encodes once and gives every row through a KV cache:
+    `shared_prefix_length`, or 0 for a single row or a prefix too short to pay for it
+    (`MIN_SHARED_PREFIX`)."""
+    prefix = shared_prefix_length(batch)
+    return prefix if len(batch) > 1 and prefix >= MIN_SHARED_PREFIX else 0
+
+
 def plain_head_weight(model: nn.Module) -> torch.Tensor | None:
     """The output embedding (V, H) of a model whose logits are hidden @ W^T and nothing
     else (see PLAIN_HEAD_MODEL_TYPES); None for any other model (also for a LoRA-wrapped
@@ -179,8 +187,8 @@ def logits_at(model: nn.Module, batch: TrainBatch, positions: torch.Tensor) -> t
         inputs = {"input_ids": parts.ids, "attention_mask": parts.attention_mask}
         out = model(**inputs, logits_to_keep=keep, use_cache=False)
         return gather_rows(out.logits.flatten(0, 1), index)
-    prefix = shared_prefix_length(batch)
-    if len(batch) == 1 or prefix < MIN_SHARED_PREFIX:
+    prefix = cached_prefix_length(batch)
+    if not prefix:
         out = model(  # no KV cache: nothing reads it, it would only hold memory until backward
             input_ids=batch.input_ids,
             attention_mask=batch.attention_mask,
@@ -355,10 +363,7 @@ def policy_logprobs(
     if weight is not None:
         sink = _tied_grad_sink(model, weight)
         if detach_context:
-            prefix = shared_prefix_length(batch) if len(batch) > 1 else 0
-            cache = context_cache(
-                model.get_decoder(), batch, prefix if prefix >= MIN_SHARED_PREFIX else 0
-            )
+            cache = context_cache(model.get_decoder(), batch, cached_prefix_length(batch))
             hidden = hidden_at_read_positions(
                 model, batch, targets - 1, lambda ids: _embed(model, ids, sink), cache
             )
