@@ -13,7 +13,7 @@ from starpo.cli.sft import add_parser
 from starpo.errors import UserError
 from starpo.evaluation.scripted import play_episodes
 from starpo.evaluation.summary import write_results
-from starpo.sft.data import read_records, solver_records
+from starpo.sft.data import policy_records, read_records
 from starpo.sft.run import NOT_SUCCESSFUL, SUMMARY_FILE, gather_records, keep_by_outcome
 from starpo.types import Trajectory
 
@@ -100,7 +100,7 @@ def test_no_data_is_a_user_error():
 
 def test_solver_seeds_must_avoid_validation_seeds():
     with pytest.raises(UserError, match="overlap the validation seeds"):
-        solver_records("bandit", 10, seed_start=120)
+        policy_records("bandit", 10, seed_start=120)
 
 
 def test_records_on_validation_seeds_are_counted():

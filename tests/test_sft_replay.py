@@ -16,7 +16,7 @@ from starpo.evaluation.summary import write_results
 from starpo.models import load_tokenizer, stop_token_ids
 from starpo.rollout import RolloutEngine, RolloutSettings
 from starpo.rollout.parser import parse_turn
-from starpo.sft.data import read_records, solver_records
+from starpo.sft.data import policy_records, read_records
 from starpo.sft.replay import replay_records
 from starpo.sft.responses import solver_turn_text
 from starpo.types import Trajectory
@@ -84,7 +84,7 @@ def test_solver_records_replay_with_their_actions(
     settings = RolloutSettings(
         max_turns=10, max_actions_per_turn=2, think=think, stop_at_answer=stop_at_answer
     )
-    records = solver_records("sokoban", 6).records
+    records = policy_records("sokoban", 6).records
     result = replay_records(records, tokenizer, settings, actions_per_turn=per_turn)
     assert not result.skipped and len(result.examples) == len(records)
     end_of_turn = tokenizer.convert_tokens_to_ids("<|im_end|>")
@@ -124,7 +124,7 @@ def test_records_without_tokens_replay_from_their_text(placeholder_rationale):
     its response text; a solver-style turn tokenises back to the same ids."""
     tokenizer = load_tokenizer()
     settings = RolloutSettings(max_turns=10)
-    first = replay_records(solver_records("sokoban", 3).records, tokenizer, settings).examples
+    first = replay_records(policy_records("sokoban", 3).records, tokenizer, settings).examples
     stripped = [dataclasses.replace(t, token_ids=[], loss_mask=[], turn_ends=[]) for t in first]
     again = replay_records(stripped, tokenizer, settings)
     assert [t.token_ids for t in again.examples] == [t.token_ids for t in first]
@@ -142,7 +142,7 @@ def test_slippery_frozenlake_replays_failures_too():
 
 def test_records_that_do_not_replay_are_skipped_with_a_reason(placeholder_rationale):
     tokenizer = load_tokenizer()
-    records = solver_records("sokoban", 8).records
+    records = policy_records("sokoban", 8).records
     long = [r for r in records if len(r.steps) > 2]
     assert long
     result = replay_records(records, tokenizer, RolloutSettings(max_turns=2))
@@ -161,13 +161,13 @@ def test_records_that_do_not_replay_are_skipped_with_a_reason(placeholder_ration
 
 def test_think_without_env_rationale_is_a_user_error(monkeypatch):
     monkeypatch.setattr(FrozenLakeEnv, "explain", TextEnv.explain)
-    records = solver_records("frozenlake", 2).records
+    records = policy_records("frozenlake", 2).records
     with pytest.raises(UserError, match="--no-think"):
         replay_records(records, load_tokenizer(), RolloutSettings(think=True))
 
 
 def test_actions_per_turn_above_the_parser_limit_is_a_user_error():
-    records = solver_records("sokoban", 1).records
+    records = policy_records("sokoban", 1).records
     settings = RolloutSettings(max_actions_per_turn=1, think=False)
     with pytest.raises(UserError, match="--max-actions-per-turn"):
         replay_records(records, load_tokenizer(), settings, actions_per_turn=2)
@@ -184,7 +184,7 @@ def test_free_text_and_new_envs_give_sft_examples_from_their_solver(env_id):
     """`starpo sft --from-solver` on the RAGEN-2 envs: every solver episode replays, with
     its rationale as the think text, and succeeds."""
     settings = RolloutSettings(max_turns=100, max_actions_per_turn=1, max_actions_per_traj=100)
-    records = solver_records(env_id, 4).records
+    records = policy_records(env_id, 4).records
     result = replay_records(records, load_tokenizer(), settings)
     assert not result.skipped and len(result.examples) == 4
     for record, traj in zip(records, result.examples, strict=True):

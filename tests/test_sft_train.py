@@ -11,7 +11,7 @@ from starpo.compute.batch import build_batch
 from starpo.errors import UserError
 from starpo.models import load_model, tiny_random_model
 from starpo.rollout import RolloutSettings
-from starpo.sft.data import solver_records
+from starpo.sft.data import policy_records
 from starpo.sft.options import TrainOptions
 from starpo.sft.replay import replay_records
 from starpo.sft.run import DATA_FILE, SUMMARY_FILE, run_sft
@@ -26,7 +26,7 @@ def examples() -> list[Trajectory]:
     """Short Sokoban solver episodes of different lengths, 1-3 actions a turn."""
     from starpo.models import load_tokenizer
 
-    records = [r for r in solver_records("sokoban", 12).records if len(r.steps) <= 4][:4]
+    records = [r for r in policy_records("sokoban", 12).records if len(r.steps) <= 4][:4]
     return replay_records(records, load_tokenizer(), SETTINGS, actions_per_turn=3).examples
 
 

@@ -4,5 +4,5 @@
   pass@k, format, lengths) and the folder it is written to, for every kind of player;
 - `model`: a model plays validation seeds through the rollout engine;
 - `api`: an OpenAI-compatible chat model plays them with the same prompts and parser;
-- scripted policies (random, solver) play through `summary.play_episodes`.
+- `scripted`: scripted policies (random, solver) play an env on fixed seeds.
 """

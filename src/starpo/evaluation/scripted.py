@@ -1,5 +1,6 @@
 """Scripted policies (random, solver, ...) play an env on fixed seeds: the baselines every
-model is compared against (`starpo eval --policy random`), and SFT's solver episodes."""
+model is compared against (`starpo eval --policy random`), and SFT's solver and random
+episodes."""
 
 from __future__ import annotations
 

@@ -92,7 +92,7 @@ def read_records(paths: Sequence[str | Path]) -> LoadedRecords:
     return loaded
 
 
-def solver_records(
+def policy_records(
     env_id: str,
     num_episodes: int,
     *,

@@ -29,8 +29,8 @@ from starpo.logs import console_logger, warn
 from starpo.sft.data import (
     SOLVER_SEED_START,
     LoadedRecords,
+    policy_records,
     read_records,
-    solver_records,
     warn_validation_seeds,
 )
 from starpo.sft.replay import ReplayResult, replay_records
@@ -44,23 +44,17 @@ DATA_FILE = runs.SFT_DATA_FILE  # the viewer shows it (`starpo view OUT`)
 NOT_SUCCESSFUL = "not successful (pass --no-only-success to keep it)"
 
 
-#: Sources (`LoadedRecords.sources`) kept whatever their outcome under "auto": the
-#: solver's episodes (its every action is optimal, even when FrozenLake's ice made it fail)
-#: and those `--from-random` played (a format-only warm start: the turns' form is the
-#: lesson, and keeping only the lucky successes would teach some solving).
-KEEP_ALL_SOURCES = ("solver", "random")
-
-
 def keep_by_outcome(record: Record, only_success: bool | None, source: str = "") -> bool:
     """Whether to train on `record` (from `source`) given its outcome. `only_success`
-    True: successful episodes only; False: all; None ("auto"): the solver's episodes and
-    `--from-random`'s whatever their outcome (KEEP_ALL_SOURCES), any other record (a
-    model's trajectory, a random policy's episode read from a file) only when successful."""
+    True: successful episodes only; False: all; None ("auto"): whatever their outcome, the
+    solver's episodes (its every action is optimal, even when FrozenLake's ice made it
+    fail) and the random policy's that `--from-random` played (a format-only warm start:
+    the turns' form is the lesson, and keeping only the lucky successes would teach some
+    solving); any other record (a model's trajectory, a random policy's episode read from a
+    file) only when successful."""
     if only_success is None:
-        episode = isinstance(record, Episode)
-        solver = episode and record.policy == "solver"
-        played_here = episode and source in KEEP_ALL_SOURCES and record.policy == source
-        only_success = not (solver or played_here)
+        policy = record.policy if isinstance(record, Episode) else None
+        only_success = not (policy == "solver" or policy == source == "random")
     return record.success or not only_success
 
 
@@ -78,21 +72,17 @@ def gather_records(
     given = [d for d in data if isinstance(d, (Episode, Trajectory))]
     loaded = read_records([d for d in data if not isinstance(d, (Episode, Trajectory))])
     loaded.records[:0], loaded.sources[:0] = given, ["given"] * len(given)
-    if from_solver:
+    # the random policy plays the seeds after the solver's
+    after_solver = seed_start + from_solver
+    playing = (("solver", from_solver, seed_start), ("random", from_random, after_solver))
+    for policy, count, first_seed in playing:
+        if not count:
+            continue
         if not env_id:
-            raise UserError("--from-solver needs --env (the env the solver plays)")
-        solved = solver_records(env_id, from_solver, seed_start=seed_start, env_kwargs=env_kwargs)
-        loaded.records += solved.records
-        loaded.sources += solved.sources
-    if from_random:
-        if not env_id:
-            raise UserError("--from-random needs --env (the env the random policy plays)")
-        played = solver_records(
-            env_id,
-            from_random,
-            seed_start=seed_start + from_solver,
-            env_kwargs=env_kwargs,
-            policy="random",
+            who = "the solver" if policy == "solver" else "the random policy"
+            raise UserError(f"--from-{policy} needs --env (the env {who} plays)")
+        played = policy_records(
+            env_id, count, seed_start=first_seed, env_kwargs=env_kwargs, policy=policy
         )
         loaded.records += played.records
         loaded.sources += played.sources
