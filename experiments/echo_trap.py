@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -67,34 +66,23 @@ def train_command(out: Path, arm: str, seed: int, steps: int, extra: list[str]) 
     ]  # fmt: skip
 
 
-def train(out: Path, arm: str, seed: int, steps: int, extra: list[str]) -> float:
-    """One run to `steps` (continued when its folder holds one); its wall seconds."""
+def start_run(out: Path, arm: str, seed: int, steps: int, extra: list[str]):
+    """One run to `steps` (continued when its folder holds one), started as its own
+    process writing its train.log; what `wait_for` needs to see it end."""
     folder = run_dir(out, arm, seed)
     folder.mkdir(parents=True, exist_ok=True)
     cmd = train_command(out, arm, seed, steps, extra)
     print("$", " ".join(cmd[2:]), flush=True)
-    started = time.perf_counter()
-    with open(folder / "train.log", "a") as log:
-        done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ)
-    seconds = time.perf_counter() - started
-    print(f"  {folder.name}: exit {done.returncode} after {seconds:.0f} s", flush=True)
-    return seconds
+    log = open(folder / "train.log", "a")  # noqa: SIM115 - closed by wait_for
+    process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    return folder.name, process, log, time.perf_counter()
 
 
-def train_all_at_once(out: Path, runs: list[tuple[str, int]], steps: int, extra: list[str]):
-    """Every run as its own process at the same time (one GPU holds them all), each
-    writing its train.log; returns when all have ended."""
-    running = []
-    for arm, seed in runs:
-        folder = run_dir(out, arm, seed)
-        folder.mkdir(parents=True, exist_ok=True)
-        cmd = train_command(out, arm, seed, steps, extra)
-        print("$", " ".join(cmd[2:]), flush=True)
-        log = open(folder / "train.log", "a")  # noqa: SIM115 - closed when the run ends
-        running.append((folder.name, subprocess.Popen(cmd, stdout=log, stderr=log), log))
-    for name, process, log in running:
-        print(f"  {name}: exit {process.wait()}", flush=True)
-        log.close()
+def wait_for(run) -> None:
+    name, process, log, started = run
+    code = process.wait()
+    log.close()
+    print(f"  {name}: exit {code} after {time.perf_counter() - started:.0f} s", flush=True)
 
 
 def summarise_run(folder: Path, env: str) -> dict:
@@ -198,19 +186,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="dotted overrides for every run")
     args = parser.parse_args(argv)
     runs = [(arm, seed) for seed in args.seeds for arm in args.arms]
-    if args.parallel and not args.summary_only:
-        train_all_at_once(args.out, runs, args.steps, args.overrides)
+    if args.parallel and not args.summary_only:  # one GPU holds them all
+        started = [start_run(args.out, arm, seed, args.steps, args.overrides) for arm, seed in runs]
+        for run in started:
+            wait_for(run)
     elif not args.summary_only:
         for arm, seed in runs:
-            train(args.out, arm, seed, args.steps, args.overrides)
+            wait_for(start_run(args.out, arm, seed, args.steps, args.overrides))
     results = summarise(args.out, args.seeds)
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
     print_table(results)
     for seed in args.seeds:
-        runs = [str(run_dir(args.out, arm, seed)) for arm in ARMS
-                if (run_dir(args.out, arm, seed) / "metrics.jsonl").exists()]  # fmt: skip
-        if runs:
-            report = [sys.executable, "-m", "starpo", "report", *runs]
+        folders = [str(run_dir(args.out, arm, seed)) for arm in ARMS
+                   if (run_dir(args.out, arm, seed) / "metrics.jsonl").exists()]  # fmt: skip
+        if folders:
+            report = [sys.executable, "-m", "starpo", "report", *folders]
             subprocess.run([*report, "--out", str(args.out / f"report-seed{seed}")], check=False)
     return 0
 
