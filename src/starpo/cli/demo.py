@@ -111,7 +111,7 @@ RECIPE_FLAGS = ("sft_episodes", "sft_epochs", "rl_minutes", "methods", "sft_from
 
 
 def add_parser(sub: Any) -> None:
-    from starpo.recipe.methods import DEFAULT_METHODS, METHODS, RECIPES
+    from starpo.recipe.methods import DEFAULT_METHODS, METHODS, RECIPES, SFT_SOURCES
 
     recipe = RECIPES["sokoban"]  # the defaults shown in --help (frozenlake's are the same)
     parser = sub.add_parser(
@@ -153,7 +153,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "--sft-from",
         default=None,
-        choices=("solver", "random"),
+        choices=SFT_SOURCES,
         help="with --env: what SFT learns from: solver play (default) or random play (a "
         "format-only warm start: well-formed turns, no solving shown)",
     )

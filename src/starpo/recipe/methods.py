@@ -8,6 +8,9 @@ from dataclasses import dataclass
 
 from starpo.errors import UserError
 
+#: What the SFT stage may learn from (`--sft-from`; see Recipe.sft_from).
+SFT_SOURCES = ("solver", "random")
+
 
 @dataclass(frozen=True)
 class Recipe:

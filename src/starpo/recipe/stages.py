@@ -43,6 +43,7 @@ from starpo.errors import UserError
 from starpo.recipe.methods import (
     DEFAULT_METHODS,
     METHODS,
+    SFT_SOURCES,
     Recipe,
     check_methods,
     recipe_for,
@@ -50,8 +51,6 @@ from starpo.recipe.methods import (
 from starpo.recipe.results import format_results, rl_label, sft_label, stage_minutes
 
 RESULTS_FILE = "results.json"
-#: What the SFT stage may learn from (`--sft-from`; see Recipe.sft_from).
-SFT_SOURCES = ("solver", "random")
 
 
 #: trainer.total_steps of an RL stage given --rl-minutes: more than any budget fits, so the
