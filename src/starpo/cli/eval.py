@@ -42,9 +42,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from starpo.evaluation.summary import summarise, write_results
     from starpo.runs import check_writable
 
-    if not 1 <= args.episodes <= MAX_EPISODES:
-        raise UserError(f"--episodes must be between 1 and {MAX_EPISODES}, got {args.episodes}")
-    check_seed("--seed-start", args.seed_start)
     env_kwargs = parse_env_args(args.env_arg)
     if args.policy == "model":
         return _eval_model(args, env_kwargs)
@@ -354,9 +351,6 @@ def cmd_eval_api(args: argparse.Namespace) -> int:
     from starpo.evaluation.summary import summarise, write_results
     from starpo.runs import check_writable
 
-    if not 1 <= args.episodes <= MAX_EPISODES:
-        raise UserError(f"--episodes must be between 1 and {MAX_EPISODES}, got {args.episodes}")
-    check_seed("--seed-start", args.seed_start)
     _check_args(args)
     env_kwargs = parse_env_args(args.env_arg)
     settings = _rollout_settings_from_args(args)
@@ -474,4 +468,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """`starpo eval`: the checks every policy shares, then its command."""
+    if not 1 <= args.episodes <= MAX_EPISODES:
+        raise UserError(f"--episodes must be between 1 and {MAX_EPISODES}, got {args.episodes}")
+    check_seed("--seed-start", args.seed_start)
     return (cmd_eval_api if args.policy == "api" else cmd_eval)(args)
