@@ -52,6 +52,18 @@ def test_unknown_policy_is_a_user_error():
         make_policy("greedy")
 
 
+def test_policies_that_play_the_solver_refuse_an_env_without_one(monkeypatch):
+    from starpo.envs.base import TextEnv
+    from starpo.envs.frozenlake import FrozenLakeEnv
+    from starpo.evaluation.scripted import play_episodes
+
+    monkeypatch.setattr(FrozenLakeEnv, "optimal_action", TextEnv.optimal_action)
+    for policy in ("solver", "weak"):
+        with pytest.raises(UserError, match=f"policy '{policy}' plays the env's solver"):
+            play_episodes("frozenlake", policy, 2)
+    assert len(list(play_episodes("frozenlake", "random", 2))) == 2
+
+
 def test_the_validation_seeds_have_one_owner():
     """`starpo eval`, the trainer's validation and SFT's guard read one pair of defaults."""
     import inspect

@@ -13,7 +13,7 @@ import pytest
 
 from starpo.errors import UserError
 from starpo.recipe import stages as recipe_module
-from starpo.recipe.methods import RECIPES, recipe_for
+from starpo.recipe.methods import RECIPES, RecipeChoices, recipe_for
 from starpo.recipe.results import format_results
 from starpo.recipe.stages import BUDGETED_STEPS, check_kept_settings, run_recipe
 
@@ -32,7 +32,9 @@ def test_recipe_runs_every_stage_and_resumes(tmp_path: Path, tiny_model_dir: Pat
         "optim.mini_batch_size=2",
         "optim.micro_batch_size=2",
     ]
-    results = run_recipe("sokoban", tmp_path, quick=True, overrides=overrides, eval_seeds=3)
+    results = run_recipe(
+        "sokoban", tmp_path, RecipeChoices(eval_seeds=3), quick=True, overrides=overrides
+    )
 
     assert list(results["rows"]) == ["base", "SFT", "SFT + GRPO", "base, think"]
     for row in results["rows"].values():
@@ -56,7 +58,9 @@ def test_recipe_runs_every_stage_and_resumes(tmp_path: Path, tiny_model_dir: Pat
     assert saved["rows"] == results["rows"]
 
     capsys.readouterr()
-    again = run_recipe("sokoban", tmp_path, quick=True, overrides=overrides, eval_seeds=3)
+    again = run_recipe(
+        "sokoban", tmp_path, RecipeChoices(eval_seeds=3), quick=True, overrides=overrides
+    )
     printed = capsys.readouterr().out
     assert printed.count("done before") == 6  # every stage resumed, none re-run
     assert again["rows"] == results["rows"]
@@ -190,7 +194,7 @@ def test_steps_still_cap_a_budgeted_rl_stage(tmp_path, stubbed):
 
 def test_a_resumed_recipe_made_with_other_sft_settings_is_refused(tmp_path, stubbed, capsys):
 
-    run_recipe("sokoban", tmp_path, eval_seeds=3)
+    run_recipe("sokoban", tmp_path, RecipeChoices(eval_seeds=3))
     done = {key: list(calls) for key, calls in stubbed.items()}
     assert main(["--env", "sokoban", "--out", str(tmp_path), "--sft-episodes", "400"]) == 2
     (line,) = capsys.readouterr().err.splitlines()
@@ -201,7 +205,7 @@ def test_a_resumed_recipe_made_with_other_sft_settings_is_refused(tmp_path, stub
     )
     assert stubbed == done  # refused before any stage ran
     # The same settings resume: every stage is kept, none runs again.
-    again = run_recipe("sokoban", tmp_path, eval_seeds=3, sft_episodes=200)
+    again = run_recipe("sokoban", tmp_path, RecipeChoices(eval_seeds=3, sft_episodes=200))
     assert stubbed == done and capsys.readouterr().out.count("done before") == 6
     assert again["rows"]["SFT"]["label"] == "SFT (200 solver episodes, 3 epochs, lr 2e-4)"
 
@@ -227,10 +231,37 @@ def test_a_format_only_warm_start_labels_its_rows_and_is_not_resumed_as_solver_s
     assert "was made with --sft-from random, not --sft-from solver" in line
 
 
+def test_a_weak_warm_start_records_its_skill_and_a_stray_skill_is_refused(
+    tmp_path, stubbed, capsys, monkeypatch
+):
+    skills = []
+    stub = recipe_module.train_sft
+    monkeypatch.setattr(
+        recipe_module,
+        "train_sft",
+        lambda r, c, d: skills.append((r.sft_from, r.weak_skill)) or stub(r, c, d),
+    )
+    argv = ["--env", "frozenlake", "--out", str(tmp_path), "--eval-seeds", "3", "--no-base"]
+    assert main([*argv, "--sft-from", "weak", "--weak-skill", "0.25"]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert skills == [("weak", 0.25)]
+    assert results["settings"]["weak_skill"] == 0.25
+    label = results["rows"]["SFT"]["label"]
+    assert label == "SFT (200 weak-policy episodes: 25% solver moves, 3 epochs, lr 2e-4)"
+    capsys.readouterr()
+    assert main([*argv, "--sft-from", "weak", "--weak-skill", "0.5"]) == 2  # another start
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "was made with --weak-skill 0.25, not --weak-skill 0.5" in line
+    for stray in (["--weak-skill", "0.5"], ["--sft-from", "weak", "--weak-skill", "1.5"]):
+        assert main([*argv, *stray]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith("starpo: error: --") and "weak" in line
+
+
 def test_a_finished_rl_stage_with_another_budget_is_refused(tmp_path, stubbed):
-    run_recipe("sokoban", tmp_path, eval_seeds=3, rl_minutes=10)
+    run_recipe("sokoban", tmp_path, RecipeChoices(eval_seeds=3, rl_minutes=10))
     with pytest.raises(UserError) as info:
-        run_recipe("sokoban", tmp_path, eval_seeds=3, rl_minutes=20)
+        run_recipe("sokoban", tmp_path, RecipeChoices(eval_seeds=3, rl_minutes=20))
     assert str(info.value).startswith(
         f"{tmp_path / 'rl-grpo'} was made with --rl-minutes 10, not --rl-minutes 20: "
     )
@@ -268,7 +299,9 @@ def test_each_method_sets_its_estimator_and_keeps_the_preset(tmp_path, stubbed, 
     monkeypatch.setattr(
         recipe_module, "train_rl", lambda cfg, rl_dir: seen.append(cfg) or {"steps": 1}
     )
-    run_recipe("sokoban", tmp_path, eval_seeds=3, methods=["ppo", "gigpo"], base_rows=False)
+    run_recipe(
+        "sokoban", tmp_path, RecipeChoices(eval_seeds=3), methods=["ppo", "gigpo"], base_rows=False
+    )
     ppo, gigpo = seen
     assert (ppo.algorithm.adv_estimator, gigpo.algorithm.adv_estimator) == ("bi_level_gae", "gigpo")
     assert ppo.model.name == gigpo.model.name == str(tmp_path / "sft")

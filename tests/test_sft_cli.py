@@ -134,6 +134,40 @@ def test_from_random_plays_a_format_only_warm_start_kept_whatever_its_outcome():
         gather_records([], from_random=3)
 
 
+def test_from_weak_plays_after_the_random_policy_with_its_skill_and_keeps_failures():
+    loaded = gather_records(
+        [], from_random=2, from_weak=40, weak_skill=0.5, env_id="frozenlake", seed_start=200_000
+    )
+    weak = loaded.records[2:]
+    assert loaded.sources == ["random"] * 2 + ["weak"] * 40
+    assert [r.seed for r in weak] == list(range(200_002, 200_042))  # after the random's
+    assert {r.policy for r in weak} == {"weak"}
+    failed = next(r for r in weak if not r.success)
+    assert keep_by_outcome(failed, None, "weak")  # auto: the policy's own lean is the lesson
+    assert not keep_by_outcome(failed, None, "runs/eval/trajectories.jsonl:3")
+
+    # skill 1 is the solver's play move for move; less skill, fewer successes
+    def play(policy, skill):
+        ice = {"is_slippery": False}
+        return list(play_episodes("frozenlake", policy, 100, env_kwargs=ice, weak_skill=skill))
+
+    def success(records):
+        return sum(r.success for r in records) / len(records)
+
+    solver = play("solver", 0.5)
+    assert [r.steps for r in play("weak", 1.0)] == [r.steps for r in solver]
+    shares = [success(play("weak", skill)) for skill in (0.0, 0.5, 0.75)]
+    assert shares == sorted(shares) and shares[-1] < success(solver) == 1.0
+    assert abs(shares[0] - success(play("random", 0.5))) < 0.1
+
+
+def test_weak_policy_needs_a_solver_and_a_skill_between_0_and_1(tmp_path):
+    with pytest.raises(UserError, match="--weak-skill must be a share between 0 and 1"):
+        gather_records([], from_weak=3, weak_skill=1.5, env_id="frozenlake")
+    with pytest.raises(UserError, match="--weak-skill"):
+        sft("--from-weak", "2", "--weak-skill", "-0.1", "--env", "bandit", "--out", str(tmp_path))
+
+
 def test_only_failures_leave_nothing_to_train_on(tmp_path, tiny_model_dir):
     from starpo.sft.run import run_sft
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,15 @@ def train_demo(out: Path, overrides: list[str]) -> int:
 
 
 #: The recipe's own flags: they mean nothing without --env.
-RECIPE_FLAGS = ("sft_episodes", "sft_epochs", "rl_minutes", "methods", "sft_from")
+RECIPE_FLAGS = (
+    "eval_seeds",
+    "sft_episodes",
+    "sft_epochs",
+    "sft_from",
+    "weak_skill",
+    "rl_minutes",
+    "methods",
+)
 
 
 def add_parser(sub: Any) -> None:
@@ -154,8 +163,17 @@ def add_parser(sub: Any) -> None:
         "--sft-from",
         default=None,
         choices=SFT_SOURCES,
-        help="with --env: what SFT learns from: solver play (default) or random play (a "
-        "format-only warm start: well-formed turns, no solving shown)",
+        help="with --env: what SFT learns from: solver play (default), random play (a "
+        "format-only warm start: well-formed turns, no solving shown) or weak play (the "
+        "solver's move with probability --weak-skill, else a random one)",
+    )
+    parser.add_argument(
+        "--weak-skill",
+        type=float,
+        default=None,
+        metavar="P",
+        help=f"with --sft-from weak: share of the weak policy's moves that are the solver's "
+        f"(default {recipe.weak_skill})",
     )
     parser.add_argument(
         "--rl-minutes",
@@ -202,22 +220,19 @@ def run(args: argparse.Namespace) -> int:
     if args.steps is not None:
         overrides.append(f"trainer.total_steps={args.steps}")
     if args.env is not None:
-        from starpo.recipe.methods import DEFAULT_METHODS
+        from starpo.recipe.methods import DEFAULT_METHODS, RecipeChoices
         from starpo.recipe.stages import run_recipe
 
         name = f"runs/recipe-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}"
+        choices = RecipeChoices(**{f.name: getattr(args, f.name) for f in fields(RecipeChoices)})
         run_recipe(
             args.env,
             Path(args.out or name),
+            choices,
             quick=args.quick,
             overrides=overrides,
-            eval_seeds=args.eval_seeds,
-            sft_episodes=args.sft_episodes,
-            sft_epochs=args.sft_epochs,
-            rl_minutes=args.rl_minutes,
             methods=args.methods or DEFAULT_METHODS,
             base_rows=not args.no_base,
-            sft_from=args.sft_from,
         )
         return 0
     out = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")

@@ -46,7 +46,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.policy == "model":
         return _eval_model(args, env_kwargs)
     episodes_iter = play_episodes(
-        args.env, args.policy, args.episodes, seed_start=args.seed_start, env_kwargs=env_kwargs
+        args.env,
+        args.policy,
+        args.episodes,
+        seed_start=args.seed_start,
+        env_kwargs=env_kwargs,
+        weak_skill=args.weak_skill,
     )
     out = Path(args.out)
     check_writable(out, "output folder")  # the env and policy are fine: before any episode
@@ -54,6 +59,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     summary = {
         "env": args.env,
         "policy": args.policy,
+        **({"weak_skill": args.weak_skill} if args.policy == "weak" else {}),
         "seed_start": args.seed_start,
         **summarise(episodes),
     }
@@ -439,16 +445,24 @@ def _api_totals(episodes: list[Any]) -> dict[str, Any]:
 
 
 def add_parser(sub: Any) -> None:
-    from starpo.defaults import VALIDATION_SEED_START
+    from starpo.defaults import VALIDATION_SEED_START, WEAK_SKILL
 
     p = sub.add_parser("eval", help="evaluate a policy on fixed validation seeds")
     p.add_argument("--env", required=True, help="a registered env id (see `starpo envs`)")
     p.add_argument(
         "--policy",
         required=True,
-        choices=["random", "solver", "model", "api"],
-        help="random: uniform actions; solver: the optimal policy; model: an LLM (--model); "
-        "api: an OpenAI-compatible chat endpoint (--base-url)",
+        choices=["random", "solver", "weak", "model", "api"],
+        help="random: uniform actions; solver: the optimal policy; weak: the solver's move "
+        "with probability --weak-skill, else a random one; model: an LLM (--model); api: an "
+        "OpenAI-compatible chat endpoint (--base-url)",
+    )
+    p.add_argument(
+        "--weak-skill",
+        type=float,
+        default=WEAK_SKILL,
+        metavar="P",
+        help="share of --policy weak's moves that are the solver's (default %(default)s)",
     )
     p.add_argument(
         "--episodes", type=int, default=100, help="number of validation seeds (default 100)"

@@ -51,6 +51,7 @@ replayed examples, sft_data.jsonl."""
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the `sft` command to `starpo`'s subparsers; returns its parser."""
+    from starpo.defaults import WEAK_SKILL
     from starpo.sft.data import SOLVER_SEED_START, validation_seeds
     from starpo.sft.options import DTYPES, SCHEDULES, option_help
 
@@ -99,7 +100,25 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "their outcome, unless --only-success",
     )
     g.add_argument(
-        "--env", default=None, help="env of --from-solver / --from-random (default: --config's)"
+        "--from-weak",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also play the weak policy (the solver's move with probability --weak-skill, "
+        "else a random one) on N seeds after --from-random's: a weak warm start that RL can "
+        "sharpen; all kept, whatever their outcome, unless --only-success",
+    )
+    g.add_argument(
+        "--weak-skill",
+        type=float,
+        default=WEAK_SKILL,
+        metavar="P",
+        help="share of --from-weak's moves that are the solver's (default %(default)s)",
+    )
+    g.add_argument(
+        "--env",
+        default=None,
+        help="env of --from-solver / --from-random / --from-weak (default: --config's)",
     )
     g.add_argument(
         "--seed-start",
@@ -158,6 +177,7 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
     """`run_sft` keyword arguments from the flags, then --config, then defaults."""
     from starpo.config.episode import RolloutSettings, check_settings
     from starpo.defaults import DEFAULT_MODEL
+    from starpo.envs.policies import check_skill
     from starpo.sft.options import TrainOptions
 
     values: dict[str, Any] = {}
@@ -176,7 +196,7 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
     options = TrainOptions(**{f.name: getattr(args, f.name) for f in fields(TrainOptions)})
     if args.actions_per_turn < 1:
         raise UserError(f"--actions-per-turn must be >= 1, got {args.actions_per_turn}")
-    for flag in ("from_solver", "from_random"):
+    for flag in ("from_solver", "from_random", "from_weak"):
         if not 0 <= getattr(args, flag) <= MAX_EPISODES:
             raise UserError(
                 f"--{flag.replace('_', '-')} must be between 0 and {MAX_EPISODES}, got "
@@ -192,6 +212,8 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
         only_success=args.only_success,
         from_solver=args.from_solver,
         from_random=args.from_random,
+        from_weak=args.from_weak,
+        weak_skill=check_skill(args.weak_skill),
         env_id=args.env or env_id,
         seed_start=args.seed_start,
         env_kwargs={**env_kwargs, **parse_env_args(args.env_arg)},

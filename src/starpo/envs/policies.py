@@ -1,4 +1,5 @@
-"""Reference policies that need no model: `random` and `solver` (optimal play).
+"""Reference policies that need no model: `random`, `solver` (optimal play) and `weak` (the
+solver's move only some of the time).
 
 A policy maps the env's current state to an action name; it may read the env itself,
 since these are baselines, not agents (an LLM policy sees only the text).
@@ -10,6 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from starpo.defaults import WEAK_SKILL
 from starpo.envs.base import TextEnv
 from starpo.errors import UserError
 
@@ -41,13 +43,47 @@ def solver_policy(seed: int = 0) -> Policy:
     return act
 
 
-POLICIES: dict[str, Callable[..., Policy]] = {"random": random_policy, "solver": solver_policy}
+def check_skill(skill: float) -> float:
+    """`skill` when it is a share in [0, 1]; a UserError naming --weak-skill otherwise."""
+    if not (isinstance(skill, (int, float)) and 0.0 <= skill <= 1.0):
+        raise UserError(f"--weak-skill must be a share between 0 and 1, got {skill!r}")
+    return float(skill)
 
 
-def make_policy(name: str, seed: int = 0) -> Policy:
-    """Build a reference policy by name."""
+def weak_policy(seed: int = 0, skill: float = WEAK_SKILL) -> Policy:
+    """A deliberately weak player: the solver's move with probability `skill`, else a
+    uniformly random one. Its episodes make a warm start that writes well-formed turns and
+    leans towards good moves without solving (SFT learns a blur of the two), which RL can
+    sharpen; `skill` 0 is the random policy, 1 the solver."""
+    skill = check_skill(skill)
+    rng = np.random.default_rng(seed)
+
+    def act(env: TextEnv) -> str:
+        if rng.random() < skill:
+            action = env.optimal_action()
+            if action is not None:
+                return action
+        return env.sample_action(rng)
+
+    return act
+
+
+POLICIES: dict[str, Callable[..., Policy]] = {
+    "random": random_policy,
+    "solver": solver_policy,
+    "weak": weak_policy,
+}
+#: The policies that ask the env's solver (the env must implement it).
+NEEDS_SOLVER = ("solver", "weak")
+
+
+def make_policy(name: str, seed: int = 0, *, weak_skill: float = WEAK_SKILL) -> Policy:
+    """Build a reference policy by name (`weak_skill`: the weak policy's share of solver
+    moves; the others ignore it)."""
     if name not in POLICIES:
         raise UserError(f"unknown policy {name!r}; choose one of: {', '.join(POLICIES)}")
+    if name == "weak":
+        return weak_policy(seed, weak_skill)
     return POLICIES[name](seed)
 
 

@@ -1,5 +1,5 @@
-"""Scripted policies (random, solver, ...) play an env on fixed seeds: the baselines every
-model is compared against (`starpo eval --policy random`), and SFT's solver and random
+"""Scripted policies (random, solver, weak) play an env on fixed seeds: the baselines every
+model is compared against (`starpo eval --policy random`), and SFT's solver, random and weak
 episodes."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from starpo.defaults import VALIDATION_SEED_START
+from starpo.defaults import VALIDATION_SEED_START, WEAK_SKILL
 from starpo.envs import TextEnv, make
-from starpo.envs.policies import Policy, has_solver, make_policy
+from starpo.envs.policies import NEEDS_SOLVER, Policy, has_solver, make_policy
+from starpo.errors import UserError
 from starpo.types import EnvStep, Episode
 
 
@@ -55,13 +56,21 @@ def play_episodes(
     *,
     seed_start: int = VALIDATION_SEED_START,
     env_kwargs: dict[str, Any] | None = None,
+    weak_skill: float = WEAK_SKILL,
 ) -> Iterator[Episode]:
-    """Episodes on seeds seed_start, seed_start + 1, ... (one env, one policy).
+    """Episodes on seeds seed_start, seed_start + 1, ... (one env, one policy; `weak_skill`:
+    the weak policy's share of solver moves).
 
     The env and policy are built before returning, so bad input fails before any episode.
     """
+    policy = make_policy(policy_name, seed=seed_start, weak_skill=weak_skill)
     env = make(env_id, **(env_kwargs or {}))
-    policy = make_policy(policy_name, seed=seed_start)
+    if policy_name in NEEDS_SOLVER and not has_solver(env):
+        env.close()
+        raise UserError(
+            f"policy {policy_name!r} plays the env's solver and {env_id!r} has none; use "
+            f"--policy random, or an env with a solver (`starpo envs`)"
+        )
     seeds = range(seed_start, seed_start + num_episodes)
 
     def episodes() -> Iterator[Episode]:

@@ -4,12 +4,14 @@ and the size of the SFT stage) and the RL methods `--methods` chooses between.""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
+from starpo.defaults import WEAK_SKILL
 from starpo.errors import UserError
 
 #: What the SFT stage may learn from (`--sft-from`; see Recipe.sft_from).
-SFT_SOURCES = ("solver", "random")
+SFT_SOURCES = ("solver", "random", "weak")
 
 
 @dataclass(frozen=True)
@@ -22,9 +24,12 @@ class Recipe:
     sft_episodes: int  # solver (or random-policy, see sft_from) episodes from training seeds
     sft_epochs: int
     sft_lr: float
-    # What SFT learns from: "solver" play, or "random" play (a format-only warm start: the
-    # turn format without being shown how to solve; `starpo sft --from-random`).
+    # What SFT learns from: "solver" play, "random" play (a format-only warm start: the
+    # turn format without being shown how to solve; `starpo sft --from-random`), or "weak"
+    # play (the solver's move with probability weak_skill, else a random one; a weak warm
+    # start that leans towards good moves without solving; `starpo sft --from-weak`).
     sft_from: str = "solver"
+    weak_skill: float = WEAK_SKILL
     eval_seeds: int = 256  # validation seeds of every row (the issue's 256)
     rl_minutes: float | None = None  # the RL stage's trainer.max_minutes (None: its steps)
     base_think_tokens: int = 128  # the base model's think-variant budget per turn ...
@@ -39,6 +44,25 @@ RECIPES: dict[str, Recipe] = {
     "sokoban": Recipe("sokoban", "cpu-sokoban-sft-starpo-s", 200, 3, 2e-4),
     "frozenlake": Recipe("frozenlake", "cpu-frozenlake-sft-starpo-s", 200, 3, 2e-4),
 }
+
+
+@dataclass(frozen=True)
+class RecipeChoices:
+    """The caller's changes to an env's `Recipe` (`starpo demo --env`'s flags); None keeps
+    the recipe's value."""
+
+    eval_seeds: int | None = None
+    sft_episodes: int | None = None
+    sft_epochs: int | None = None
+    sft_from: str | None = None
+    weak_skill: float | None = None
+    rl_minutes: float | None = None  # also turns the RL stage's steps into a minutes budget
+
+    def chosen(self) -> dict[str, Any]:
+        """The values the caller set, by Recipe field."""
+        return {
+            f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None
+        }
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,15 @@ def _number(value: float) -> str:
 
 
 def sft_label(recipe: Recipe) -> str:
-    """E.g. "SFT (400 solver episodes, 5 epochs, lr 2e-4)", or for a format-only warm
-    start "SFT (256 random-policy episodes: format only, 2 epochs, lr 2e-4)"."""
+    """E.g. "SFT (400 solver episodes, 5 epochs, lr 2e-4)", for a format-only warm start
+    "SFT (256 random-policy episodes: format only, 2 epochs, lr 2e-4)", for a weak one
+    "SFT (256 weak-policy episodes: 50% solver moves, 2 epochs, lr 2e-4)"."""
     epochs = f"{recipe.sft_epochs} epoch{'s' * (recipe.sft_epochs != 1)}"
     played = "solver episodes"
     if recipe.sft_from == "random":
         played = "random-policy episodes: format only"
+    elif recipe.sft_from == "weak":
+        played = f"weak-policy episodes: {recipe.weak_skill:.0%} solver moves"
     return f"SFT ({recipe.sft_episodes} {played}, {epochs}, lr {_number(recipe.sft_lr)})"
 
 

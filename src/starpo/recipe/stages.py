@@ -39,12 +39,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from starpo.envs.policies import check_skill
 from starpo.errors import UserError
 from starpo.recipe.methods import (
     DEFAULT_METHODS,
     METHODS,
     SFT_SOURCES,
     Recipe,
+    RecipeChoices,
     check_methods,
     recipe_for,
 )
@@ -64,6 +66,8 @@ FLAGS = {
     "sft_epochs": "--sft-epochs",
     "sft_lr": "SFT lr",
     "sft_from": "--sft-from",
+    "weak_skill": "--weak-skill",
+    "eval_seeds": "--eval-seeds",
     "rl_minutes": "--rl-minutes",
     "rl_steps": "trainer.total_steps",
 }
@@ -135,41 +139,35 @@ def _check_count(flag: str, value: int | None) -> None:
 
 def configure(
     env_id: str,
+    choices: RecipeChoices = RecipeChoices(),
     *,
     quick: bool = False,
     overrides: Sequence[str] = (),
-    eval_seeds: int | None = None,
-    sft_episodes: int | None = None,
-    sft_epochs: int | None = None,
-    rl_minutes: float | None = None,
-    sft_from: str | None = None,
 ) -> tuple[Recipe, list[str]]:
-    """`env_id`'s recipe with the caller's choices (see `run_recipe`), and the overrides
+    """`env_id`'s recipe with the caller's `choices` (see `run_recipe`), and the overrides
     of its RL preset; a bad choice is a one-line UserError naming its flag. The caller's
     values win over `quick`'s, and its overrides (`--steps`) over `rl_minutes`' steps."""
     recipe = recipe_for(env_id)
     if quick:
         recipe = replace(recipe, sft_episodes=16, sft_epochs=1, eval_seeds=8)
-    for flag, value in (
-        ("--eval-seeds", eval_seeds),
-        ("--sft-episodes", sft_episodes),
-        ("--sft-epochs", sft_epochs),
-    ):
-        _check_count(flag, value)
-    if sft_from is not None and sft_from not in SFT_SOURCES:
-        raise UserError(f"--sft-from must be one of {', '.join(SFT_SOURCES)}, got {sft_from!r}")
-    chosen = {
-        "eval_seeds": eval_seeds,
-        "sft_episodes": sft_episodes,
-        "sft_epochs": sft_epochs,
-        "sft_from": sft_from,
-    }
-    recipe = replace(recipe, **{k: v for k, v in chosen.items() if v is not None})
+    for name in ("eval_seeds", "sft_episodes", "sft_epochs"):
+        _check_count(FLAGS[name], getattr(choices, name))
+    if choices.sft_from is not None and choices.sft_from not in SFT_SOURCES:
+        raise UserError(
+            f"--sft-from must be one of {', '.join(SFT_SOURCES)}, got {choices.sft_from!r}"
+        )
+    if choices.weak_skill is not None:
+        if choices.sft_from != "weak":
+            raise UserError(
+                "--weak-skill sets the weak policy SFT learns from: add --sft-from weak"
+            )
+        check_skill(choices.weak_skill)
+    rl_minutes = choices.rl_minutes
+    if rl_minutes is not None and not (math.isfinite(rl_minutes) and rl_minutes > 0):
+        raise UserError(f"--rl-minutes must be a number of minutes above 0, got {rl_minutes:g}")
+    recipe = replace(recipe, **choices.chosen())
     budget = []
     if rl_minutes is not None:
-        if not (math.isfinite(rl_minutes) and rl_minutes > 0):
-            raise UserError(f"--rl-minutes must be a number of minutes above 0, got {rl_minutes:g}")
-        recipe = replace(recipe, rl_minutes=rl_minutes)
         budget = [f"trainer.total_steps={BUDGETED_STEPS}", f"trainer.max_minutes={rl_minutes!r}"]
     return recipe, [*(QUICK if quick else []), *budget, *overrides]
 
@@ -185,6 +183,8 @@ def sft_settings(recipe: Recipe) -> dict[str, Any]:
     }
     if recipe.sft_from != "solver":
         made["sft_from"] = recipe.sft_from
+    if recipe.sft_from == "weak":
+        made["weak_skill"] = recipe.weak_skill
     return made
 
 
@@ -248,6 +248,8 @@ def train_sft(recipe: Recipe, cfg: Any, sft_dir: Path) -> dict[str, Any]:
         options=options,
         from_solver=recipe.sft_episodes if recipe.sft_from == "solver" else 0,
         from_random=recipe.sft_episodes if recipe.sft_from == "random" else 0,
+        from_weak=recipe.sft_episodes if recipe.sft_from == "weak" else 0,
+        weak_skill=recipe.weak_skill,
         env_id=cfg.env.id,
         env_kwargs=dict(cfg.env.kwargs),
         device=cfg.model.device,
@@ -275,41 +277,26 @@ def train_rl(rl_cfg: Any, rl_dir: Path) -> dict[str, Any]:
 def run_recipe(
     env_id: str,
     out: Path,
+    choices: RecipeChoices = RecipeChoices(),
     *,
     quick: bool = False,
     overrides: Sequence[str] = (),
-    eval_seeds: int | None = None,
-    sft_episodes: int | None = None,
-    sft_epochs: int | None = None,
-    rl_minutes: float | None = None,
     methods: Sequence[str] = DEFAULT_METHODS,
     base_rows: bool = True,
-    sft_from: str | None = None,
 ) -> dict[str, Any]:
     """All stages for `env_id` under `out`; returns (and writes) the results table.
+    `choices`: the caller's changes to the env's recipe (validation seeds of each row, the
+    SFT stage's source, episodes and epochs, the RL stage's budget of training minutes:
+    trainer.max_minutes, its steps then do not bind unless `overrides` set them);
     `quick`: a few seeds, steps and episodes, to try the whole path in minutes;
     `overrides`: dotted config overrides of the RL preset (its model.name is the base);
-    `eval_seeds`: validation seeds of each row (default the recipe's 256);
-    `sft_episodes`, `sft_epochs`: the SFT stage's solver episodes and epochs (default the
-    recipe's); `rl_minutes`: each RL stage's budget of training minutes
-    (trainer.max_minutes; its steps then do not bind unless `overrides` set them);
     `methods`: the RL methods (METHODS), each from the same SFT model; `base_rows`: also
-    evaluate the base model (with and without a think block); `sft_from`: "solver" (the
-    recipe's) or "random" (a format-only warm start)."""
+    evaluate the base model (with and without a think block)."""
     from starpo.config import load_config
 
     methods = check_methods(methods)
     asked = list(overrides)  # the caller's own, kept in results.json
-    recipe, overrides = configure(
-        env_id,
-        quick=quick,
-        overrides=overrides,
-        eval_seeds=eval_seeds,
-        sft_episodes=sft_episodes,
-        sft_epochs=sft_epochs,
-        rl_minutes=rl_minutes,
-        sft_from=sft_from,
-    )
+    recipe, overrides = configure(env_id, choices, quick=quick, overrides=overrides)
     cfg = load_config(recipe.preset, overrides)
     sft_dir = out / "sft"
     made = sft_settings(recipe)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from starpo import runs
-from starpo.defaults import VALIDATION_SEED_START, VALIDATION_SEEDS
+from starpo.defaults import VALIDATION_SEED_START, VALIDATION_SEEDS, WEAK_SKILL
 from starpo.errors import UserError
 from starpo.evaluation.scripted import play_episodes
 from starpo.logs import warn
@@ -99,10 +99,12 @@ def policy_records(
     seed_start: int = SOLVER_SEED_START,
     env_kwargs: dict[str, Any] | None = None,
     policy: str = "solver",
+    weak_skill: float = WEAK_SKILL,
 ) -> LoadedRecords:
     """`num_episodes` episodes of the solver (or of another reference `policy`: `random`
-    for a format-only warm start) on seeds `seed_start`, `seed_start + 1`, ..., which must
-    not touch the fixed validation seeds. Each record's source is the policy's name."""
+    for a format-only warm start, `weak` with `weak_skill` for a weak one) on seeds
+    `seed_start`, `seed_start + 1`, ..., which must not touch the fixed validation seeds.
+    Each record's source is the policy's name."""
     if num_episodes < 1:
         raise UserError(f"--from-{policy} must be at least 1, got {num_episodes}")
     seeds = range(seed_start, seed_start + num_episodes)
@@ -113,7 +115,14 @@ def policy_records(
             f"{val.start}..{val.stop - 1}; use --seed-start {SOLVER_SEED_START} (the default)"
         )
     episodes = list(
-        play_episodes(env_id, policy, num_episodes, seed_start=seed_start, env_kwargs=env_kwargs)
+        play_episodes(
+            env_id,
+            policy,
+            num_episodes,
+            seed_start=seed_start,
+            env_kwargs=env_kwargs,
+            weak_skill=weak_skill,
+        )
     )
     return LoadedRecords(list(episodes), [policy] * len(episodes))
 

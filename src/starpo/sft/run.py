@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from starpo import runs
 from starpo.config.episode import RolloutSettings
-from starpo.defaults import DEFAULT_MODEL
+from starpo.defaults import DEFAULT_MODEL, WEAK_SKILL
 from starpo.errors import UserError
 from starpo.logs import console_logger, warn
 from starpo.sft.data import (
@@ -48,13 +48,15 @@ def keep_by_outcome(record: Record, only_success: bool | None, source: str = "")
     """Whether to train on `record` (from `source`) given its outcome. `only_success`
     True: successful episodes only; False: all; None ("auto"): whatever their outcome, the
     solver's episodes (its every action is optimal, even when FrozenLake's ice made it
-    fail) and the random policy's that `--from-random` played (a format-only warm start:
-    the turns' form is the lesson, and keeping only the lucky successes would teach some
-    solving); any other record (a model's trajectory, a random policy's episode read from a
-    file) only when successful."""
+    fail) and the random or weak policy's that `--from-random` / `--from-weak` played (a
+    format-only or weak warm start: the turns' form and the policy's own lean are the
+    lesson, and keeping only the lucky successes would teach more solving); any other
+    record (a model's trajectory, a random policy's episode read from a file) only when
+    successful."""
     if only_success is None:
         policy = record.policy if isinstance(record, Episode) else None
-        only_success = not (policy == "solver" or policy == source == "random")
+        warm_start = policy == source and policy in ("random", "weak")
+        only_success = not (policy == "solver" or warm_start)
     return record.success or not only_success
 
 
@@ -66,30 +68,36 @@ def gather_records(
     seed_start: int = SOLVER_SEED_START,
     env_kwargs: dict[str, Any] | None = None,
     from_random: int = 0,
+    from_weak: int = 0,
+    weak_skill: float = WEAK_SKILL,
 ) -> LoadedRecords:
-    """Records given directly, read from paths, played by the solver and by the random
-    policy (on the seeds after the solver's), in that order."""
+    """Records given directly, read from paths, played by the solver, by the random policy
+    and by the weak one (`weak_skill`), in that order, each on the seeds after the one
+    before's."""
     given = [d for d in data if isinstance(d, (Episode, Trajectory))]
     loaded = read_records([d for d in data if not isinstance(d, (Episode, Trajectory))])
     loaded.records[:0], loaded.sources[:0] = given, ["given"] * len(given)
-    # the random policy plays the seeds after the solver's
-    after_solver = seed_start + from_solver
-    playing = (("solver", from_solver, seed_start), ("random", from_random, after_solver))
-    for policy, count, first_seed in playing:
+    first_seed = seed_start
+    for policy, count in (("solver", from_solver), ("random", from_random), ("weak", from_weak)):
         if not count:
             continue
         if not env_id:
-            who = "the solver" if policy == "solver" else "the random policy"
-            raise UserError(f"--from-{policy} needs --env (the env {who} plays)")
+            raise UserError(f"--from-{policy} needs --env (the env the {policy} policy plays)")
         played = policy_records(
-            env_id, count, seed_start=first_seed, env_kwargs=env_kwargs, policy=policy
+            env_id,
+            count,
+            seed_start=first_seed,
+            env_kwargs=env_kwargs,
+            policy=policy,
+            weak_skill=weak_skill,
         )
         loaded.records += played.records
         loaded.sources += played.sources
+        first_seed += count  # the next policy plays other seeds
     if not loaded.records:
         raise UserError(
             "no SFT data: pass trajectories.jsonl files (from `starpo eval`), "
-            "--from-solver N or --from-random N (with --env ENV)"
+            "--from-solver N, --from-random N or --from-weak N (with --env ENV)"
         )
     return loaded
 
@@ -178,13 +186,16 @@ def run_sft(
     seed_start: int = SOLVER_SEED_START,
     env_kwargs: dict[str, Any] | None = None,
     from_random: int = 0,
+    from_weak: int = 0,
+    weak_skill: float = WEAK_SKILL,
     device: str = "cpu",
     quiet: bool = False,
 ) -> dict[str, Any]:
     """Fine-tune `model` (a name, folder or hub id, or an in-process (model, tokenizer),
     trained in place) on
     `data` (trajectories.jsonl paths or eval folders, and/or records) plus `from_solver`
-    solver episodes and `from_random` random-policy episodes of `env_id`, laid out as RL
+    solver episodes, `from_random` random-policy episodes and `from_weak` weak-policy
+    episodes (`weak_skill` of its moves the solver's) of `env_id`, laid out as RL
     rollouts under `settings` (the RL run's `RolloutSettings`; default: its defaults).
     Writes `out` (module docstring) and returns the summary written to
     `out/sft_summary.json`."""
@@ -204,6 +215,8 @@ def run_sft(
         seed_start=seed_start,
         env_kwargs=env_kwargs,
         from_random=from_random,
+        from_weak=from_weak,
+        weak_skill=weak_skill,
     )
     validation_records = warn_validation_seeds(loaded.records)
     in_process = isinstance(model, tuple)
@@ -243,6 +256,8 @@ def run_sft(
             **data_summary(loaded, replay, skipped),
             "from_solver": from_solver,
             "from_random": from_random,
+            "from_weak": from_weak,
+            **({"weak_skill": weak_skill} if from_weak else {}),
             "validation_seed_records": validation_records,
             "train_examples": len(train_idx),
             "val_examples": len(val_idx),
