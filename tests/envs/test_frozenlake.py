@@ -29,6 +29,7 @@ from starpo.envs.frozenlake.solver import (
     NO_ACTION,
     as_rows,
     find_tile,
+    quickest_best,
     shortest_path_length,
     solve,
     transition_matrix,
@@ -414,6 +415,28 @@ def test_optimal_action_is_the_known_gymnasium_policy():
     env = FrozenLakeEnv(max_steps=500)
     env.reset(options={"desc": STANDARD})
     assert env.optimal_action() == "Left"  # the classic cautious move from the start
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_on_dry_ice_the_solver_walks_a_shortest_path(seed):
+    """With moves to spare, a detour reaches the goal as surely as the direct path; the
+    solver takes the direct one (it once walked Left whenever the budget allowed it)."""
+    env = FrozenLakeEnv(is_slippery=False, max_steps=10)
+    env.reset(seed=seed)
+    shortest = shortest_path_length(env.desc)
+    moves = 0
+    while (action := env.optimal_action()) is not None:
+        env.step(action)
+        moves += 1
+    assert env.is_success() and moves == shortest
+
+
+def test_quickest_best_breaks_ties_by_the_next_budget_then_the_lowest_id():
+    now = np.array([[1.0, 1.0, 1.0, 0.5]])  # three actions equally sure within t moves
+    sooner = np.array([[0.0, 1.0, 1.0, 1.0]])  # two of them also within t - 1
+    assert quickest_best([now, sooner])[0] == 1
+    assert quickest_best([now])[0] == 0
+    assert quickest_best([now + 1e-15, sooner])[0] == 1  # last-bit differences are ties
 
 
 # --------------------------------------------------------------- packaging contracts

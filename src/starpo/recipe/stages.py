@@ -129,6 +129,9 @@ def evaluate(model: str, cfg: Any, folder: Path, settings: Any, seeds: int) -> d
     return {"model": model, **{k: summary[k] for k in keys}}
 
 
+#: The recipe as it is.
+NO_CHOICES = RecipeChoices()
+
 QUICK = ["trainer.val_seeds=8", "trainer.total_steps=2", "trainer.val_every=0"]
 
 
@@ -139,7 +142,7 @@ def _check_count(flag: str, value: int | None) -> None:
 
 def configure(
     env_id: str,
-    choices: RecipeChoices = RecipeChoices(),
+    choices: RecipeChoices = NO_CHOICES,
     *,
     quick: bool = False,
     overrides: Sequence[str] = (),
@@ -277,7 +280,7 @@ def train_rl(rl_cfg: Any, rl_dir: Path) -> dict[str, Any]:
 def run_recipe(
     env_id: str,
     out: Path,
-    choices: RecipeChoices = RecipeChoices(),
+    choices: RecipeChoices = NO_CHOICES,
     *,
     quick: bool = False,
     overrides: Sequence[str] = (),
@@ -342,6 +345,7 @@ def run_recipe(
     results = {
         "env": env_id,
         "preset": recipe.preset,
+        "env_kwargs": dict(cfg.env.kwargs),
         "val_seed_start": cfg.trainer.val_seed_start,
         "settings": {**made, "rl_minutes": recipe.rl_minutes, "methods": list(methods)},
         "overrides": asked,

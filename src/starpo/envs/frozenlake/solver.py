@@ -162,8 +162,13 @@ def solve(
 
         V[0][s] = 1 if s is the goal else 0
         V[t][s] = 1 on the goal, 0 in a hole, else max_a sum_s' T[s, a, s'] V[t-1][s']
-        policy[t][s] = argmax_a of that sum (lowest action id among ties), NO_ACTION on
-                       terminal tiles and at t = 0.
+        policy[t][s] = argmax_a of that sum, NO_ACTION on terminal tiles and at t = 0.
+
+    Ties are common: with a budget to spare, a detour reaches the goal as surely as the
+    direct path. They go to the quickest action, the one whose chance of arriving within
+    t-2, then t-3, ... moves is highest (on dry ice: a shortest path), then to the lowest
+    action id. (Lowest id alone made the solver walk Left whenever the budget allowed it:
+    48% of its moves on non-slippery 4x4 maps, demonstrations SFT could not learn from.)
 
     `success_prob[t][s]` is the exact probability that the optimal policy reaches the goal
     within `t` moves from `s` (equal to the optimal undiscounted expected return).
@@ -178,13 +183,23 @@ def solve(
     policy = np.full((horizon + 1, n_states), NO_ACTION, dtype=np.int64)
     success_prob = np.zeros((horizon + 1, n_states))
     success_prob[:, goal] = 1.0
+    q_by_budget = []  # q_by_budget[k][s, a]: P(goal within k + 1 moves | a first)
     for t in range(1, horizon + 1):
-        q = matrix @ success_prob[t - 1]  # (S, A)
-        best = q.max(axis=1)  # (S,)
-        # Mathematically equal actions can differ in the last bits; prefer the lowest id.
-        chosen = np.argmax(q >= best[:, None] - 1e-12, axis=1)
+        q_by_budget.append(matrix @ success_prob[t - 1])  # (S, A)
+        best = q_by_budget[-1].max(axis=1)  # (S,)
         success_prob[t, ~terminal] = best[~terminal]
-        policy[t, ~terminal] = chosen[~terminal]
+        policy[t, ~terminal] = quickest_best(q_by_budget[::-1])[~terminal]
     policy.setflags(write=False)
     success_prob.setflags(write=False)
     return policy, success_prob
+
+
+def quickest_best(q_by_budget: Sequence[np.ndarray]) -> np.ndarray:
+    """Per state, the action that is best under the first budget's values (S, A), ties
+    broken by the next budget's (fewer moves), and so on; the lowest action id last.
+    Mathematically equal values can differ in the last bits, hence the tolerance."""
+    candidates = np.ones(q_by_budget[0].shape, dtype=bool)
+    for q in q_by_budget:
+        best = np.where(candidates, q, -np.inf).max(axis=1, keepdims=True)
+        candidates &= q >= best - 1e-12
+    return np.argmax(candidates, axis=1)
