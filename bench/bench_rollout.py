@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import torch  # noqa: E402
 
 from starpo.models import load_model  # noqa: E402
-from starpo.rollout import RolloutEngine, RolloutSettings  # noqa: E402
+from starpo.rollout import EpisodeSettings, RolloutEngine  # noqa: E402
 from starpo.rollout.backends.base import (  # noqa: E402
     BackendNumerics,
     Generation,
@@ -108,7 +108,7 @@ class GenerateEveryTurn:
 
 
 def play(backend: Any, tokenizer: Any, args: argparse.Namespace) -> tuple[float, list]:
-    settings = RolloutSettings(
+    settings = EpisodeSettings(
         max_turns=args.turns,
         max_new_tokens=args.tokens,
         temperature=0.0,

@@ -228,3 +228,11 @@ def test_sft_never_imports_the_trainer():
     sft = [m for m in graph if m.startswith("starpo.sft")]
     crossing = {m: sorted(t for t in graph[m] if t.startswith("starpo.trainer")) for m in sft}
     assert sft and not any(crossing.values()), f"sft imports the trainer: {crossing}"
+
+
+def test_renamed_public_names_still_import():
+    """User code written against an older name keeps working (one alias per rename)."""
+    from starpo.config.episode import EpisodeSettings
+    from starpo.rollout import RolloutSettings
+
+    assert RolloutSettings is EpisodeSettings

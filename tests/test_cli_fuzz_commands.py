@@ -35,7 +35,7 @@ from starpo import cli
 from starpo.config import presets
 from starpo.envs import registered_ids, spec
 from starpo.envs.registry import accepted_kwargs
-from starpo.rollout.engine import RolloutSettings
+from starpo.rollout.engine import EpisodeSettings
 from starpo.sft.options import option_help
 from starpo.types import Trajectory, Turn
 
@@ -102,9 +102,9 @@ def _command_line(
 
 
 def _settings_options(names: list[str]) -> dict[str, st.SearchStrategy[str] | None]:
-    """The flags of `RolloutSettings` fields: --think/--no-think, typed values otherwise."""
+    """The flags of `EpisodeSettings` fields: --think/--no-think, typed values otherwise."""
     options: dict[str, st.SearchStrategy[str] | None] = {}
-    for f in fields(RolloutSettings):
+    for f in fields(EpisodeSettings):
         if f.name not in names:
             continue
         flag = "--" + f.name.replace("_", "-")
@@ -116,7 +116,7 @@ def _settings_options(names: list[str]) -> dict[str, st.SearchStrategy[str] | No
     return options
 
 
-SETTINGS = [f.name for f in fields(RolloutSettings)]
+SETTINGS = [f.name for f in fields(EpisodeSettings)]
 EVAL_OPTIONS = {
     "--env": ENV_ID,
     "--policy": st.sampled_from(["random", "solver", "model", "oracle"]),

@@ -101,12 +101,12 @@ def test_env_validation_defaults_follow_the_training_env():
 def test_rollout_section_builds_the_engine_settings_from_one_definition():
     from dataclasses import fields
 
-    from starpo.rollout.engine import RolloutSettings
+    from starpo.rollout.engine import EpisodeSettings
 
     settings = RolloutConfig(max_new_tokens=64).settings(temperature=0.5)
-    assert isinstance(settings, RolloutSettings)
+    assert isinstance(settings, EpisodeSettings)
     assert settings.max_new_tokens == 64 and settings.temperature == 0.5
-    episode = {f.name for f in fields(RolloutSettings)}
+    episode = {f.name for f in fields(EpisodeSettings)}
     per_step = {
         "num_groups",
         "group_size",
@@ -117,7 +117,7 @@ def test_rollout_section_builds_the_engine_settings_from_one_definition():
         "share_histories",
     }
     assert set(RolloutConfig.model_fields) == episode | per_step
-    for f in fields(RolloutSettings):  # same default and help text as the one definition
+    for f in fields(EpisodeSettings):  # same default and help text as the one definition
         info = RolloutConfig.model_fields[f.name]
         assert info.default == f.default, f.name
         if f.name != "temperature":  # training refuses greedy rollouts: its own help
@@ -621,7 +621,7 @@ def test_config_module_imports_no_torch(module):
         "starpo.errors",
         "starpo.defaults",
         "starpo.registry",  # extension names (lazy: no torch)
-        "starpo.config.episode",  # RolloutSettings, the per-episode settings' one definition
+        "starpo.config.episode",  # EpisodeSettings, the per-episode settings' one definition
         "starpo.config.algorithm",  # the filter, algorithm and optim sections
         "starpo.config.rollout",  # the rollout section
         "starpo.config.fields",  # field helpers, the section base, one-line errors

@@ -14,7 +14,7 @@ from starpo.errors import UserError
 from starpo.evaluation.scripted import play_episodes
 from starpo.evaluation.summary import write_results
 from starpo.models import load_tokenizer, stop_token_ids
-from starpo.rollout import RolloutEngine, RolloutSettings
+from starpo.rollout import EpisodeSettings, RolloutEngine
 from starpo.rollout.parser import parse_turn
 from starpo.sft.data import policy_records, read_records
 from starpo.sft.replay import replay_records
@@ -49,7 +49,7 @@ def test_model_rollouts_replay_to_identical_tokens(tiny, tmp_path, think, window
     from starpo.rollout.backends.hf import HFBackend
 
     model, tokenizer = tiny
-    settings = RolloutSettings(
+    settings = EpisodeSettings(
         max_turns=3,
         max_new_tokens=10,
         temperature=1.0,
@@ -81,7 +81,7 @@ def test_solver_records_replay_with_their_actions(
     placeholder_rationale, tmp_path, think, stop_at_answer, per_turn
 ):
     tokenizer = load_tokenizer()
-    settings = RolloutSettings(
+    settings = EpisodeSettings(
         max_turns=10, max_actions_per_turn=2, think=think, stop_at_answer=stop_at_answer
     )
     records = policy_records("sokoban", 6).records
@@ -123,7 +123,7 @@ def test_records_without_tokens_replay_from_their_text(placeholder_rationale):
     """A record whose tokens are gone (another tokenizer, a hand-written file) replays from
     its response text; a solver-style turn tokenises back to the same ids."""
     tokenizer = load_tokenizer()
-    settings = RolloutSettings(max_turns=10)
+    settings = EpisodeSettings(max_turns=10)
     first = replay_records(policy_records("sokoban", 3).records, tokenizer, settings).examples
     stripped = [dataclasses.replace(t, token_ids=[], loss_mask=[], turn_ends=[]) for t in first]
     again = replay_records(stripped, tokenizer, settings)
@@ -134,7 +134,7 @@ def test_slippery_frozenlake_replays_failures_too():
     """Seeded envs slip again as recorded, so failed solver episodes replay as well."""
     records = list(play_episodes("frozenlake", "solver", 12, seed_start=100000))
     assert not all(r.success for r in records)
-    settings = RolloutSettings(max_turns=10, think=False)
+    settings = EpisodeSettings(max_turns=10, think=False)
     result = replay_records(records, load_tokenizer(), settings)
     assert not result.skipped
     assert [t.success for t in result.examples] == [r.success for r in records]
@@ -145,16 +145,16 @@ def test_records_that_do_not_replay_are_skipped_with_a_reason(placeholder_ration
     records = policy_records("sokoban", 8).records
     long = [r for r in records if len(r.steps) > 2]
     assert long
-    result = replay_records(records, tokenizer, RolloutSettings(max_turns=2))
+    result = replay_records(records, tokenizer, EpisodeSettings(max_turns=2))
     assert sum(result.skipped.values()) == len(long)
     assert list(result.skipped) == [
         "needs more turns than max_turns (raise --max-turns or --actions-per-turn)"
     ]
     forged = [dataclasses.replace(r, success=not r.success) for r in records[:2]]
-    result = replay_records(forged, tokenizer, RolloutSettings(max_turns=10))
+    result = replay_records(forged, tokenizer, EpisodeSettings(max_turns=10))
     assert result.skipped == {"the outcome differs from the record": 2}
     other_level = replay_records(
-        records[:2], tokenizer, RolloutSettings(max_turns=10), env_kwargs={"dim_room": (7, 7)}
+        records[:2], tokenizer, EpisodeSettings(max_turns=10), env_kwargs={"dim_room": (7, 7)}
     )
     assert other_level.skipped == {"the initial state differs (another env or --env-arg?)": 2}
 
@@ -163,12 +163,12 @@ def test_think_without_env_rationale_is_a_user_error(monkeypatch):
     monkeypatch.setattr(FrozenLakeEnv, "explain", TextEnv.explain)
     records = policy_records("frozenlake", 2).records
     with pytest.raises(UserError, match="--no-think"):
-        replay_records(records, load_tokenizer(), RolloutSettings(think=True))
+        replay_records(records, load_tokenizer(), EpisodeSettings(think=True))
 
 
 def test_actions_per_turn_above_the_parser_limit_is_a_user_error():
     records = policy_records("sokoban", 1).records
-    settings = RolloutSettings(max_actions_per_turn=1, think=False)
+    settings = EpisodeSettings(max_actions_per_turn=1, think=False)
     with pytest.raises(UserError, match="--max-actions-per-turn"):
         replay_records(records, load_tokenizer(), settings, actions_per_turn=2)
 
@@ -176,14 +176,14 @@ def test_actions_per_turn_above_the_parser_limit_is_a_user_error():
 def test_unknown_env_id_is_the_registry_error(tmp_path):
     record = Trajectory(env_id="sokobn", seed=1, group=0)
     with pytest.raises(UserError, match="sokoban"):
-        replay_records([record], load_tokenizer(), RolloutSettings(think=False))
+        replay_records([record], load_tokenizer(), EpisodeSettings(think=False))
 
 
 @pytest.mark.parametrize("env_id", ["countdown", "countdown-multi", "sudoku", "qa", "2048-3x3"])
 def test_free_text_and_new_envs_give_sft_examples_from_their_solver(env_id):
     """`starpo sft --from-solver` on the RAGEN-2 envs: every solver episode replays, with
     its rationale as the think text, and succeeds."""
-    settings = RolloutSettings(max_turns=100, max_actions_per_turn=1, max_actions_per_traj=100)
+    settings = EpisodeSettings(max_turns=100, max_actions_per_turn=1, max_actions_per_traj=100)
     records = policy_records(env_id, 4).records
     result = replay_records(records, load_tokenizer(), settings)
     assert not result.skipped and len(result.examples) == 4

@@ -10,7 +10,7 @@ import torch
 from starpo.compute.batch import build_batch
 from starpo.errors import UserError
 from starpo.models import load_model, tiny_random_model
-from starpo.rollout import RolloutSettings
+from starpo.rollout import EpisodeSettings
 from starpo.sft.data import policy_records
 from starpo.sft.options import TrainOptions
 from starpo.sft.replay import replay_records
@@ -18,7 +18,7 @@ from starpo.sft.run import DATA_FILE, SUMMARY_FILE, run_sft
 from starpo.sft.train import accumulate_gradients, evaluate, split_validation, turn_matches
 from starpo.types import Trajectory
 
-SETTINGS = RolloutSettings(max_turns=10, max_actions_per_turn=3, think=False)
+SETTINGS = EpisodeSettings(max_turns=10, max_actions_per_turn=3, think=False)
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +170,7 @@ def test_short_sft_run_lowers_agent_loss_and_writes_a_loadable_folder(tmp_path):
     )
     summary = run_sft(
         tiny,
-        settings=RolloutSettings(max_turns=1, max_actions_per_turn=1, think=False),
+        settings=EpisodeSettings(max_turns=1, max_actions_per_turn=1, think=False),
         out=out,
         options=options,
         from_solver=16,

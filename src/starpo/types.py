@@ -92,7 +92,7 @@ class Turn:
     # group = the same env state (GiGPO's anchor states). "" = unknown (older records).
     state_key: str = ""
     # The first turn (1-based) whose state this turn's prompt showed: 1 = the whole dialogue
-    # (`RolloutSettings.context_window`).
+    # (`EpisodeSettings.context_window`).
     window_start: int = 1
 
 
@@ -115,7 +115,7 @@ class Trajectory:
     logprobs: list[float] = field(default_factory=list)
     turn_ends: list[int] = field(default_factory=list)
     # Offsets in `token_ids` where a turn's prompt was built afresh, because its context
-    # window (`RolloutSettings.context_window`) dropped an earlier turn: each part is a
+    # window (`EpisodeSettings.context_window`) dropped an earlier turn: each part is a
     # sequence of its own (positions restart, no attention across). Empty = one sequence.
     context_resets: list[int] = field(default_factory=list)
     success: bool = False

@@ -15,7 +15,7 @@ from starpo.distributed import RolloutPool, connect, split_groups
 from starpo.distributed.cluster import local_init_kwargs
 from starpo.errors import UserError
 from starpo.registry import GENERATION_BACKENDS
-from starpo.rollout.engine import RolloutEngine, RolloutSettings
+from starpo.rollout.engine import EpisodeSettings, RolloutEngine
 
 ray = pytest.importorskip("ray")
 
@@ -112,7 +112,7 @@ def test_a_local_instance_listens_on_loopback_without_a_dashboard():
 @pytest.mark.slow  # a Ray cluster and worker processes
 def test_greedy_trajectories_equal_in_process_ones_with_two_workers(cluster, policy):
     model, tokenizer = policy
-    settings = RolloutSettings(max_turns=3, max_new_tokens=10, temperature=0.0, think=False)
+    settings = EpisodeSettings(max_turns=3, max_new_tokens=10, temperature=0.0, think=False)
     remote = _remote(model, tokenizer, 2, settings, seed=7)
     local = _local(model, tokenizer, settings)
     assert [t.group for t in remote] == [0, 0, 1, 1, 2, 2]
@@ -122,7 +122,7 @@ def test_greedy_trajectories_equal_in_process_ones_with_two_workers(cluster, pol
 @pytest.mark.slow  # a Ray cluster and worker processes
 def test_one_worker_samples_exactly_as_the_in_process_engine(cluster, flat_policy):
     model, tokenizer = flat_policy
-    settings = RolloutSettings(max_turns=2, max_new_tokens=10, temperature=1.0, think=False)
+    settings = EpisodeSettings(max_turns=2, max_new_tokens=10, temperature=1.0, think=False)
     remote = _remote(model, tokenizer, 1, settings, seed=11)
     local = _local(model, tokenizer, settings, seed=11)
     assert _same(remote, local)
@@ -132,7 +132,7 @@ def test_one_worker_samples_exactly_as_the_in_process_engine(cluster, flat_polic
 @pytest.mark.slow  # a Ray cluster and worker processes
 def test_new_weights_reach_the_workers_once_per_version(cluster, policy):
     model, tokenizer = policy
-    settings = RolloutSettings(max_turns=2, max_new_tokens=8, temperature=0.0, think=False)
+    settings = EpisodeSettings(max_turns=2, max_new_tokens=8, temperature=0.0, think=False)
     pool = _pool(model, tokenizer, 2)
     changed = _sharpened(model, 1.0)
     with torch.no_grad():
@@ -175,7 +175,7 @@ class _DiesOnceItsChunkIsSent:
 @pytest.mark.slow  # a Ray cluster and worker processes
 def test_a_worker_killed_mid_step_has_its_groups_rerun(cluster, policy):
     model, tokenizer = policy
-    settings = RolloutSettings(max_turns=4, max_new_tokens=16, temperature=0.0, think=False)
+    settings = EpisodeSettings(max_turns=4, max_new_tokens=16, temperature=0.0, think=False)
     pool = _pool(model, tokenizer, 2)
     try:
         engine = pool.engine(settings)

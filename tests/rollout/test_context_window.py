@@ -10,7 +10,7 @@ import torch
 from starpo.compute.batch import build_batch
 from starpo.compute.forward import policy_logprobs
 from starpo.compute.segments import segment_ids, shift_within_parts, split_parts
-from starpo.config.episode import RolloutSettings
+from starpo.config.episode import EpisodeSettings
 from starpo.errors import UserError
 from starpo.models import load_tokenizer
 from starpo.rollout.backends.base import Generation, GenerationRequest, SamplingParams
@@ -55,7 +55,7 @@ class PromptRecorder:
 def _play(window: str, turns: int = 4, kept: int = 1) -> tuple[Trajectory, PromptRecorder]:
     tokenizer = load_tokenizer()
     backend = PromptRecorder(tokenizer)
-    settings = RolloutSettings(
+    settings = EpisodeSettings(
         max_turns=turns, max_actions_per_turn=2, context_window=window, context_turns=kept
     )
     (traj,) = RolloutEngine(backend, tokenizer, settings).run("sokoban", [10003], group_size=1)
@@ -111,9 +111,9 @@ def test_last_k_keeps_the_task_and_the_last_k_turns():
 
 def test_context_turns_and_window_are_checked():
     with pytest.raises(UserError, match="context_window must be one of"):
-        RolloutSettings(context_window="recent")
+        EpisodeSettings(context_window="recent")
     with pytest.raises(UserError, match="context_turns must be >= 1"):
-        RolloutSettings(context_window="last_k", context_turns=0)
+        EpisodeSettings(context_window="last_k", context_turns=0)
 
 
 # ------------------------------------------------------------------ rows of several parts
@@ -142,7 +142,7 @@ def test_segment_ids_and_parts_as_rows_of_their_own():
 def _run_tiny(tiny, window: str, backend_class=HFBackend, seed: int = 0) -> list[Trajectory]:
     model, tokenizer = tiny
     backend = backend_class(model, pad_token_id=tokenizer.pad_token_id, seed=seed)
-    settings = RolloutSettings(
+    settings = EpisodeSettings(
         max_turns=3, max_new_tokens=10, temperature=0.8, context_window=window, context_turns=1
     )
     return RolloutEngine(backend, tokenizer, settings).run("sokoban", [10000, 10001], 2)

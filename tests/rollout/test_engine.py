@@ -11,7 +11,7 @@ import torch
 from starpo.envs import make
 from starpo.models import load_tokenizer
 from starpo.rollout.backends.hf import HFBackend
-from starpo.rollout.engine import RolloutEngine, RolloutSettings
+from starpo.rollout.engine import EpisodeSettings, RolloutEngine
 from starpo.types import Trajectory
 
 
@@ -34,7 +34,7 @@ def test_scripted_solver_policy_plays_multi_turn_sokoban(scripted_backend):
         chunk = plans[session][2 * (turn - 1) : 2 * turn]
         return f" go </think><answer>{' || '.join(chunk)}</answer><|im_end|>"
 
-    settings = RolloutSettings(max_actions_per_turn=2, max_turns=5, max_actions_per_traj=10)
+    settings = EpisodeSettings(max_actions_per_turn=2, max_turns=5, max_actions_per_traj=10)
     engine = RolloutEngine(scripted_backend(tokenizer, script), tokenizer, settings)
     trajectories = engine.run("sokoban", seeds, group_size=1)
     for i, traj in enumerate(trajectories):
@@ -60,7 +60,7 @@ def test_format_penalty_and_invalid_actions(scripted_backend):
     engine = RolloutEngine(
         scripted_backend(tokenizer, lambda s, t: replies.get(t, replies[1])),
         tokenizer,
-        RolloutSettings(max_turns=2),
+        EpisodeSettings(max_turns=2),
     )
     (traj,) = engine.run("sokoban", [10000], group_size=1)
     first, second = traj.turns
@@ -76,7 +76,7 @@ def test_group_members_share_the_seed_and_the_initial_state(scripted_backend):
     engine = RolloutEngine(
         scripted_backend(tokenizer, lambda s, t: "<|im_end|>"),
         tokenizer,
-        RolloutSettings(max_turns=1),
+        EpisodeSettings(max_turns=1),
     )
     trajectories = engine.run("frozenlake", [5, 6], group_size=3)
     assert [t.group for t in trajectories] == [0, 0, 0, 1, 1, 1]
@@ -92,7 +92,7 @@ def test_token_sequence_is_the_chat_template_and_mask_covers_agent_tokens(script
     engine = RolloutEngine(
         scripted_backend(tokenizer, lambda s, t: reply),
         tokenizer,
-        RolloutSettings(max_turns=3, max_actions_per_turn=2),
+        EpisodeSettings(max_turns=3, max_actions_per_turn=2),
     )
     (traj,) = engine.run("sokoban", [10003], group_size=1)
     assert traj.messages[0]["role"] == "system" and traj.messages[-1]["role"] == "assistant"
@@ -116,7 +116,7 @@ def _run_tiny(tiny, reuse_cache: bool, temperature: float, seed: int = 0) -> lis
     backend = HFBackend(
         model, pad_token_id=tokenizer.pad_token_id, seed=seed, reuse_cache=reuse_cache
     )
-    settings = RolloutSettings(max_turns=3, max_new_tokens=12, temperature=temperature)
+    settings = EpisodeSettings(max_turns=3, max_new_tokens=12, temperature=temperature)
     return RolloutEngine(backend, tokenizer, settings).run("sokoban", [10000, 10001], 2)
 
 
@@ -162,7 +162,7 @@ def test_real_model_plays_one_bandit_episode(default_model):
     """Smoke test on the embedded SmolLM2-135M-Instruct."""
     model, tokenizer = default_model
     backend = HFBackend(model, pad_token_id=tokenizer.pad_token_id, seed=0)
-    settings = RolloutSettings(max_turns=1, max_new_tokens=24, temperature=0.5)
+    settings = EpisodeSettings(max_turns=1, max_new_tokens=24, temperature=0.5)
     (traj,) = RolloutEngine(backend, tokenizer, settings).run("bandit", [123], 1)
     assert len(traj.turns) == 1
     turn = traj.turns[0]
@@ -176,7 +176,7 @@ def test_format_reward_shapes_well_formed_turns(scripted_backend):
     engine = RolloutEngine(
         scripted_backend(tokenizer, lambda s, t: replies[t]),
         tokenizer,
-        RolloutSettings(max_turns=2, format_reward=0.3),
+        EpisodeSettings(max_turns=2, format_reward=0.3),
     )
     (traj,) = engine.run("sokoban", [10000], group_size=1)
     malformed, wrong_action = traj.turns
@@ -192,7 +192,7 @@ def _play(scripted_backend, replies: dict[int, str], **settings) -> Trajectory:
     engine = RolloutEngine(
         scripted_backend(tokenizer, lambda s, t: answers[t]),
         tokenizer,
-        RolloutSettings(**settings),
+        EpisodeSettings(**settings),
     )
     (traj,) = engine.run("sokoban", [10000], group_size=1)
     return traj
@@ -262,7 +262,7 @@ def test_each_turn_records_the_state_key_it_started_from(scripted_backend):
     def script(session: int, turn: int) -> str:
         return f"<answer>{moves[session][turn - 1]}</answer><|im_end|>"
 
-    settings = RolloutSettings(max_turns=2, max_actions_per_turn=1, think=False)
+    settings = EpisodeSettings(max_turns=2, max_actions_per_turn=1, think=False)
     engine = RolloutEngine(scripted_backend(tokenizer, script), tokenizer, settings)
     trajectories = engine.run("sokoban", [10003], group_size=3)
     env = make("sokoban")
@@ -282,7 +282,7 @@ def test_format_reminder_only_in_the_first_turn_when_asked(scripted_backend):
     reply = "<answer>Up</answer><|im_end|>"
     runs = {}
     for every in (True, False):
-        settings = RolloutSettings(max_turns=3, think=False, format_every_turn=every)
+        settings = EpisodeSettings(max_turns=3, think=False, format_every_turn=every)
         engine = RolloutEngine(scripted_backend(tokenizer, lambda s, t: reply), tokenizer, settings)
         (runs[every],) = engine.run("sokoban", [10003], group_size=1)
     reminder = format_instruction(think=False, max_response_words=100)

@@ -10,7 +10,7 @@ from starpo.envs import register
 from starpo.envs.bandit import BanditEnv
 from starpo.errors import UserError
 from starpo.models import load_tokenizer
-from starpo.rollout.engine import EnvFault, RolloutEngine, RolloutSettings, call_env
+from starpo.rollout.engine import EnvFault, EpisodeSettings, RolloutEngine, call_env
 from starpo.trainer.episodes import check_env_errors
 from starpo.types import Trajectory
 
@@ -39,7 +39,7 @@ register("faulty-bandit", FaultyBandit, overwrite=True)
 def _engine(scripted_backend, timeout_s: float) -> RolloutEngine:
     tokenizer = load_tokenizer()
     backend = scripted_backend(tokenizer, lambda s, t: "Dragon</answer><|im_end|>")
-    settings = RolloutSettings(max_turns=1, think=False, env_timeout_s=timeout_s)
+    settings = EpisodeSettings(max_turns=1, think=False, env_timeout_s=timeout_s)
     return RolloutEngine(backend, tokenizer, settings)
 
 

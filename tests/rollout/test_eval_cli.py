@@ -14,7 +14,7 @@ import pytest
 from starpo.cli import parse_args
 from starpo.cli.eval import _rollout_settings_from_args
 from starpo.evaluation.model import NO_THINK_MAX_NEW_TOKENS, EvalProgress, evaluate_model
-from starpo.rollout.engine import RolloutSettings
+from starpo.rollout.engine import EpisodeSettings
 from starpo.stats import pass_at_k
 
 
@@ -143,7 +143,7 @@ def test_no_think_budget_fits_the_longest_answer():
 
 
 def test_evaluate_model_reports_every_turn(tiny_model_dir: Path):
-    settings = RolloutSettings(max_turns=2, max_new_tokens=4)
+    settings = EpisodeSettings(max_turns=2, max_new_tokens=4)
     seen: list[EvalProgress] = []
     result, _ = evaluate_model(
         "sokoban",

@@ -16,7 +16,7 @@ from starpo.algorithms import gigpo_advantages, grpo_advantages, pad_turns
 from starpo.compute.batch import build_batch
 from starpo.config import load_config
 from starpo.models import load_tokenizer
-from starpo.rollout.engine import RolloutEngine, RolloutSettings
+from starpo.rollout.engine import EpisodeSettings, RolloutEngine
 from starpo.trainer.prepare import prepare
 
 # Level 10003 with one action a turn: sessions 0 and 1 share their first two moves, then
@@ -35,7 +35,7 @@ def test_prepare_credits_recurring_sokoban_states(scripted_backend):
     def script(session: int, turn: int) -> str:
         return f"<answer>{MOVES[session % 4][turn - 1]}</answer><|im_end|>"
 
-    settings = RolloutSettings(max_turns=4, max_actions_per_turn=1, think=False)
+    settings = EpisodeSettings(max_turns=4, max_actions_per_turn=1, think=False)
     engine = RolloutEngine(scripted_backend(tokenizer, script), tokenizer, settings)
     trajectories = engine.run("sokoban", [10003, 10004], group_size=4)
     batch = build_batch(trajectories, tokenizer.pad_token_id, per_turn_rewards=False)

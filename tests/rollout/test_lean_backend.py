@@ -10,7 +10,7 @@ import torch
 
 from starpo.models.precision import rollout_dtype
 from starpo.registry import GENERATION_BACKENDS
-from starpo.rollout import RolloutEngine, RolloutSettings
+from starpo.rollout import EpisodeSettings, RolloutEngine
 from starpo.rollout.backends import hf as hf_backend
 from starpo.rollout.backends import lean_decoder
 from starpo.rollout.backends.base import GenerationRequest, SamplingParams
@@ -52,7 +52,7 @@ def test_lean_fp32_matches_transformers_forward(tiny, temperature):
 def _episodes(tiny, backend_name: str, dtype=torch.float32, seed: int = 0):
     model, tokenizer = tiny
     backend = GENERATION_BACKENDS[backend_name](model, tokenizer, compute_dtype=dtype, seed=seed)
-    settings = RolloutSettings(max_turns=3, max_new_tokens=12, temperature=0.0)
+    settings = EpisodeSettings(max_turns=3, max_new_tokens=12, temperature=0.0)
     return RolloutEngine(backend, tokenizer, settings).run("sokoban", [10000, 10001], 2)
 
 

@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from starpo.rollout import RolloutEngine, RolloutSettings
+from starpo.rollout import EpisodeSettings, RolloutEngine
 from starpo.rollout.backends.base import GenerationRequest, SamplingParams
 from starpo.rollout.backends.hf import HFBackend
 from starpo.rollout.backends.lean import LeanBackend
@@ -37,7 +37,7 @@ def _play(peaked, backend_class, share: bool, temperature: float = 1.0):
     # next to each other in the cumulative sum and a float32 rounding between a batched
     # and a single-row forward can flip which one a uniform lands on: a legitimate
     # difference of the same size as any batch-size change, not a sharing error.
-    settings = RolloutSettings(max_turns=4, max_new_tokens=6, temperature=temperature, top_p=0.9)
+    settings = EpisodeSettings(max_turns=4, max_new_tokens=6, temperature=temperature, top_p=0.9)
     engine = RolloutEngine(backend, tokenizer, settings)
     return engine.run("sokoban", [10000, 10001, 10002], 6), backend
 

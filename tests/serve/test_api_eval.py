@@ -18,7 +18,7 @@ pytest.importorskip("openai")
 from serving import WAIT_S, free_port, running  # noqa: E402
 
 from starpo.cli import main  # noqa: E402
-from starpo.config.episode import RolloutSettings  # noqa: E402
+from starpo.config.episode import EpisodeSettings  # noqa: E402
 from starpo.evaluation.api import ApiPlayer, make_client  # noqa: E402
 from starpo.rollout.backends.hf import HFBackend  # noqa: E402
 from starpo.rollout.engine import RolloutEngine  # noqa: E402
@@ -57,7 +57,7 @@ def comparable(trajectories):
 )
 def test_api_episodes_equal_the_engines_greedy_episodes(served, tiny, env_id, think, max_turns):
     model, tokenizer = tiny
-    settings = RolloutSettings(
+    settings = EpisodeSettings(
         think=think, max_turns=max_turns, max_new_tokens=12, temperature=0.0, top_p=1.0
     )
     seeds = [0, 1, 2]

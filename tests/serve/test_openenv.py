@@ -19,7 +19,7 @@ import requests
 from serving import WAIT_S, free_port, running
 
 from starpo.cli import main
-from starpo.config.episode import RolloutSettings
+from starpo.config.episode import EpisodeSettings
 from starpo.envs import make
 from starpo.rollout.backends.hf import HFBackend
 from starpo.rollout.engine import RolloutEngine
@@ -148,7 +148,7 @@ def test_serve_env_bad_input_is_one_line(capsys):
 # ------------------------------------------------------ OpenEnv servers, consumed
 def engine_for(tiny, max_turns: int) -> RolloutEngine:
     model, tokenizer = tiny
-    settings = RolloutSettings(
+    settings = EpisodeSettings(
         think=False, max_turns=max_turns, max_new_tokens=10, temperature=0.0, top_p=1.0
     )
     return RolloutEngine(HFBackend(model, pad_token_id=tokenizer.pad_token_id), tokenizer, settings)

@@ -1,6 +1,6 @@
 """`starpo eval`: play an env with a scripted policy (random, solver) or a model, and
 print and write the summary (success with its 95% interval, format, lengths). Its
-per-episode flags are built from `RolloutSettings`, the settings' one definition.
+per-episode flags are built from `EpisodeSettings`, the settings' one definition.
 
 `--policy api`: an OpenAI-compatible chat model plays the env's validation
 seeds with the rollout engine's prompts, parser and rewards (`starpo.evaluation.api`).
@@ -76,11 +76,11 @@ def _progress(iterable: Any, args: argparse.Namespace, total: int) -> Any:
 
 
 def _rollout_settings_from_args(args: argparse.Namespace) -> Any:
-    """The `RolloutSettings` of `--policy model`: each setting from its flag (the others at
+    """The `EpisodeSettings` of `--policy model`: each setting from its flag (the others at
     their defaults), checked by the settings' own bounds; an error names the flag."""
     from dataclasses import fields
 
-    from starpo.config.episode import RolloutSettings, check_settings
+    from starpo.config.episode import EpisodeSettings, check_settings
     from starpo.evaluation.model import default_max_new_tokens
 
     for name in ("samples_per_seed", "batch_size"):  # eval's own, not per-episode settings
@@ -91,11 +91,11 @@ def _rollout_settings_from_args(args: argparse.Namespace) -> Any:
             f"--episodes x --samples-per-seed is {args.episodes * args.samples_per_seed} "
             f"episodes; play at most {MAX_EPISODES} in one eval"
         )
-    values = {f.name: getattr(args, f.name) for f in fields(RolloutSettings) if f.name in args}
+    values = {f.name: getattr(args, f.name) for f in fields(EpisodeSettings) if f.name in args}
     if values.get("max_new_tokens") is None:  # not given: the think mode decides
         values["max_new_tokens"] = default_max_new_tokens(values["think"])
     check_settings(values, spell=flag_name)
-    return RolloutSettings(**values)
+    return EpisodeSettings(**values)
 
 
 def _eval_model(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
@@ -230,14 +230,14 @@ def add_model_eval_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_settings_flags(group: Any, defaults: dict[str, Any]) -> None:
-    """One flag per per-episode setting, from its one definition (`RolloutSettings`:
+    """One flag per per-episode setting, from its one definition (`EpisodeSettings`:
     help, default; bounds are checked by `_rollout_settings_from_args`)."""
     from dataclasses import fields
 
-    from starpo.config.episode import RolloutSettings
+    from starpo.config.episode import EpisodeSettings
     from starpo.evaluation.model import default_max_new_tokens
 
-    for f in fields(RolloutSettings):
+    for f in fields(EpisodeSettings):
         default = defaults.get(f.name, f.default)
         kind = setting_flag_kind(f.default)
         shown = default

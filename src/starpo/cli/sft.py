@@ -159,11 +159,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _add_layout_flags(group: Any) -> None:
-    """One flag per layout setting, with `RolloutSettings`' help; default None = from
+    """One flag per layout setting, with `EpisodeSettings`' help; default None = from
     --config, else the setting's default."""
-    from starpo.config.episode import RolloutSettings
+    from starpo.config.episode import EpisodeSettings
 
-    for f in fields(RolloutSettings):
+    for f in fields(EpisodeSettings):
         if f.name not in LAYOUT_SETTINGS:
             continue
         kind = setting_flag_kind(f.default)
@@ -175,7 +175,7 @@ def _add_layout_flags(group: Any) -> None:
 
 def resolve(args: argparse.Namespace) -> dict[str, Any]:
     """`run_sft` keyword arguments from the flags, then --config, then defaults."""
-    from starpo.config.episode import RolloutSettings, check_settings
+    from starpo.config.episode import EpisodeSettings, check_settings
     from starpo.defaults import DEFAULT_MODEL
     from starpo.envs.policies import check_skill
     from starpo.sft.options import TrainOptions
@@ -205,7 +205,7 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
     return dict(
         model=args.model or model,
         data=list(args.data),
-        settings=RolloutSettings(**values),
+        settings=EpisodeSettings(**values),
         out=args.out,
         options=options,
         actions_per_turn=args.actions_per_turn,

@@ -1,5 +1,5 @@
 """Rows that hold several sequences: a trajectory whose context window dropped turns
-(`RolloutSettings.context_window`) saw a fresh prompt at each `Trajectory.context_resets`
+(`EpisodeSettings.context_window`) saw a fresh prompt at each `Trajectory.context_resets`
 offset, so each part is trained as the sequence the policy saw. The forward runs every
 part as a row of its own (`split_parts`), with plain causal attention: no (T, T) mask, whose
 attention weights a CPU's sdpa would keep per layer for backward (a 10-turn Sokoban

@@ -1,9 +1,9 @@
-"""The per-episode settings (`RolloutSettings`): turn and action limits, sampling, the
-prompt's format choices and the env's time limit, each with its help, bounds and default,
-defined once. The training config's `rollout` section, `starpo eval`'s flags and
-`starpo sft`'s layout flags are all built from this definition, and `check_settings`
-gives the one-line error that names the config key or flag. Stdlib only: the config layer
-sits below the rollout engine that plays episodes with these settings."""
+"""The per-episode settings (`EpisodeSettings`, once `RolloutSettings`): turn and action
+limits, sampling, the prompt's format choices and the env's time limit, each with its help,
+bounds and default, defined once. The training config's `rollout` section, `starpo eval`'s
+flags and `starpo sft`'s layout flags are all built from this definition, and
+`check_settings` gives the one-line error that names the config key or flag. Stdlib only:
+the config layer sits below the rollout engine that plays episodes with these settings."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def setting(
     finite: bool = False,
     **bounds: float,
 ) -> Any:
-    """A field of a settings dataclass (`RolloutSettings`, SFT's `TrainOptions`): its
+    """A field of a settings dataclass (`EpisodeSettings`, SFT's `TrainOptions`): its
     default, help text, bounds (gt/ge/lt/le), allowed `choices` and whether it must be a
     `finite` number, kept as field metadata in the shape of the training config's fields,
     so config sections and command flags are built from these and `check_settings` checks
@@ -38,7 +38,7 @@ def setting(
 
 
 @dataclass(frozen=True)
-class RolloutSettings:
+class EpisodeSettings:
     """Limits and sampling of one episode: the one definition of these settings, with their
     help, bounds and defaults (defaults: RAGEN, arXiv 2504.20073, and its config).
 
@@ -113,6 +113,11 @@ class RolloutSettings:
         return prompt_rebuilt(self.turns_kept, turn)
 
 
+#: The name before 2026-12-04 (it read as the config's `rollout` section, `RolloutConfig`,
+#: which holds these and the settings of a whole rollout stage); kept for user code.
+RolloutSettings = EpisodeSettings
+
+
 def prompt_rebuilt(turns_kept: int | None, turn: int) -> bool:
     """Whether the prompt of `turn` (1-based) is built afresh, its window having dropped a
     turn: once more than `turns_kept` earlier turns exist (never when None, the whole
@@ -149,9 +154,9 @@ def check_settings(
 ) -> None:
     """Raise a one-line UserError for the first value outside its setting's rules, naming
     it as `spell(field name)` says (`--max-turns` for a flag, `rollout.max_turns` for the
-    config). `settings`: the dataclass whose fields hold the rules (`RolloutSettings` by
+    config). `settings`: the dataclass whose fields hold the rules (`EpisodeSettings` by
     default). Missing names are skipped, as are names that are not settings."""
-    for f in fields(settings or RolloutSettings):
+    for f in fields(settings or EpisodeSettings):
         value = values.get(f.name)
         problem = None if value is None else setting_problem(f.metadata, value)
         if problem is not None:

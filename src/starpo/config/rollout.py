@@ -1,5 +1,5 @@
 """The training config's `rollout` section: the per-episode settings, each declared as
-`starpo.config.episode.RolloutSettings` declares it (one definition), plus the settings
+`starpo.config.episode.EpisodeSettings` declares it (one definition), plus the settings
 of a whole rollout stage (groups, seeds, workers, backend, dtype)."""
 
 from __future__ import annotations
@@ -7,16 +7,16 @@ from __future__ import annotations
 from dataclasses import fields as dataclass_fields
 from typing import Any
 
-from starpo.config.episode import RolloutSettings
+from starpo.config.episode import EpisodeSettings
 from starpo.config.fields import ConfigSection
 from starpo.config.fields import config_field as _f
 from starpo.registry import GENERATION_BACKENDS
 
-_EPISODE_SETTINGS = {f.name: f for f in dataclass_fields(RolloutSettings)}
+_EPISODE_SETTINGS = {f.name: f for f in dataclass_fields(EpisodeSettings)}
 
 
 def _setting(name: str, help: str | None = None, **rules: Any) -> Any:
-    """Config field `rollout.<name>` as `RolloutSettings` (the one definition of the
+    """Config field `rollout.<name>` as `EpisodeSettings` (the one definition of the
     per-episode settings) declares it; `help`/`rules` given here replace its own."""
     declared = _EPISODE_SETTINGS[name]
     own = {k: v for k, v in declared.metadata.items() if k != "help"}
@@ -58,7 +58,7 @@ class RolloutConfig(ConfigSection):
         "turn (the Bandit demo's rollouts 14% faster); costs on long multi-turn histories "
         "with few duplicates (Sokoban: 2.1x slower, bench/bench_step.py).",
     )
-    # Per-episode settings: defined once, in starpo.config.episode.RolloutSettings.
+    # Per-episode settings: defined once, in starpo.config.episode.EpisodeSettings.
     max_turns: int = _setting("max_turns")
     max_actions_per_turn: int = _setting("max_actions_per_turn")
     max_actions_per_traj: int = _setting("max_actions_per_traj")
@@ -82,10 +82,10 @@ class RolloutConfig(ConfigSection):
     context_turns: int = _setting("context_turns")
     env_timeout_s: float = _setting("env_timeout_s")
 
-    def settings(self, *, temperature: float | None = None) -> RolloutSettings:
+    def settings(self, *, temperature: float | None = None) -> EpisodeSettings:
         """The per-episode settings of the rollout engine (another sampling temperature for
         validation)."""
         values = {name: getattr(self, name) for name in _EPISODE_SETTINGS}
-        return RolloutSettings(
+        return EpisodeSettings(
             **(values if temperature is None else {**values, "temperature": temperature})
         )

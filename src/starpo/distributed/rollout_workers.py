@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from starpo.config.episode import RolloutSettings
+from starpo.config.episode import EpisodeSettings
 from starpo.distributed.cluster import (
     first_line,
     import_ray,
@@ -85,7 +85,7 @@ class RolloutWorker:
         self.backend = build_backend(self.model, tokenizer, compute_dtype=compute_dtype)
         set_share_histories(self.backend, share_histories)
         self.version = -1
-        self.engines: dict[RolloutSettings, Any] = {}
+        self.engines: dict[EpisodeSettings, Any] = {}
 
     def ready(self) -> int:
         return os.getpid()
@@ -102,7 +102,7 @@ class RolloutWorker:
 
     def run(
         self,
-        settings: RolloutSettings,
+        settings: EpisodeSettings,
         env_specs: list[Any],
         env_id: str,
         seeds: list[int],
@@ -204,7 +204,7 @@ class RolloutPool:
             "rollout/worker_restarts": float(self.restarts),
         }
 
-    def engine(self, settings: RolloutSettings) -> PoolEngine:
+    def engine(self, settings: EpisodeSettings) -> PoolEngine:
         return PoolEngine(self, settings)
 
     def close(self) -> None:
@@ -256,7 +256,7 @@ class RolloutPool:
 
     def run(
         self,
-        settings: RolloutSettings,
+        settings: EpisodeSettings,
         env_id: str,
         seeds: list[int],
         group_size: int,
@@ -314,7 +314,7 @@ class PoolEngine:
     """The pool as an `starpo.rollout.engine.EpisodePlayer` with fixed settings (what the
     trainer and `play_seeds` call): `run(...)` and a running `generation_seconds`."""
 
-    def __init__(self, pool: RolloutPool, settings: RolloutSettings) -> None:
+    def __init__(self, pool: RolloutPool, settings: EpisodeSettings) -> None:
         self.pool, self.settings = pool, settings
         self.generation_seconds = 0.0
 

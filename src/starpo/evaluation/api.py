@@ -19,7 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from starpo.config.episode import RolloutSettings
+from starpo.config.episode import EpisodeSettings
 from starpo.errors import UserError
 from starpo.rollout import prompts
 from starpo.rollout.engine import RolloutEngine, _Episode, close_envs
@@ -82,7 +82,7 @@ class ApiPlayer(RolloutEngine):
         self,
         client: Any,
         model: str,
-        settings: RolloutSettings,
+        settings: EpisodeSettings,
         *,
         concurrency: int = 8,
         prefill: bool = False,

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from starpo.config.episode import RolloutSettings
+from starpo.config.episode import EpisodeSettings
 from starpo.evaluation.summary import summarise
 from starpo.rollout.backends.base import (
     Generation,
@@ -26,7 +26,7 @@ NO_THINK_MAX_NEW_TOKENS = 64
 
 def default_max_new_tokens(think: bool) -> int:
     """The token budget of a turn when none is given: room to reason, or just to answer."""
-    return RolloutSettings.max_new_tokens if think else NO_THINK_MAX_NEW_TOKENS
+    return EpisodeSettings.max_new_tokens if think else NO_THINK_MAX_NEW_TOKENS
 
 
 @dataclass
@@ -123,7 +123,7 @@ def evaluate_model(
     env_id: str,
     model_name: str,
     seeds: list[int],
-    settings: RolloutSettings,
+    settings: EpisodeSettings,
     *,
     samples_per_seed: int = 1,
     batch_size: int = 32,

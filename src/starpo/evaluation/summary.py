@@ -55,7 +55,7 @@ def _turn_summary(
         "mean_response_tokens": mean([turn.response_tokens for turn in turns]),
         "mean_think_tokens": mean([turn.think_tokens for turn in turns]),
         "generated_tokens": generated,
-        # episodes an env error ended (raised or hung; see RolloutSettings.env_timeout_s)
+        # episodes an env error ended (raised or hung; see EpisodeSettings.env_timeout_s)
         "env_errors": sum(t.error is not None for t in trajectories),
     }
     if generation_seconds is not None:

@@ -47,7 +47,7 @@ class EpisodeShape:
     turn_tokens: int  # one later turn's observation chunk (turn end, user message, prefix)
     response_tokens: int  # max_new_tokens
     max_turns: int
-    # Earlier turns a prompt keeps (RolloutSettings.turns_kept); None = the whole dialogue.
+    # Earlier turns a prompt keeps (EpisodeSettings.turns_kept); None = the whole dialogue.
     kept_turns: int | None = None
 
     def rebuilds(self, turn: int) -> bool:

@@ -1,11 +1,11 @@
 """Multi-turn rollouts: prompts, parsing, batched generation with KV-cache reuse.
 
 from starpo.models import load_model
-from starpo.rollout import HFBackend, RolloutEngine, RolloutSettings
+from starpo.rollout import HFBackend, RolloutEngine, EpisodeSettings
 
 model, tokenizer = load_model()
 engine = RolloutEngine(HFBackend(model, pad_token_id=tokenizer.pad_token_id), tokenizer,
-                       RolloutSettings(temperature=1.0))
+                       EpisodeSettings(temperature=1.0))
 trajectories = engine.run("sokoban", seeds=[10000, 10001], group_size=4)
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from starpo.config.episode import RolloutSettings  # the old name of EpisodeSettings
 from starpo.rollout.backends.base import (
     BackendNumerics,
     Generation,
@@ -20,7 +21,7 @@ from starpo.rollout.backends.base import (
     GenerationRequest,
     SamplingParams,
 )
-from starpo.rollout.engine import RolloutEngine, RolloutSettings
+from starpo.rollout.engine import EpisodeSettings, RolloutEngine
 from starpo.rollout.parser import ParsedTurn, parse_turn
 
 
@@ -42,6 +43,7 @@ __all__ = [
     "HFBackend",
     "ParsedTurn",
     "RolloutEngine",
+    "EpisodeSettings",
     "RolloutSettings",
     "SamplingParams",
     "parse_turn",

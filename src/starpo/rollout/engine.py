@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
-from starpo.config.episode import RolloutSettings
+from starpo.config.episode import EpisodeSettings
 from starpo.envs import TextEnv, make
 from starpo.envs.base import state_digest
 from starpo.rollout import prompts
@@ -126,7 +126,7 @@ class _Episode:
 class RolloutEngine:
     """Plays groups of episodes with a generation backend and records trajectories."""
 
-    def __init__(self, backend: GenerationBackend, tokenizer: Any, settings: RolloutSettings):
+    def __init__(self, backend: GenerationBackend, tokenizer: Any, settings: EpisodeSettings):
         self.backend = backend
         self.tokenizer = tokenizer
         from starpo.models import stop_token_ids  # torch: only when an engine is built
@@ -223,7 +223,7 @@ class RolloutEngine:
     def _observe(self, episode: _Episode, turn: int) -> list[int]:
         """The tokens fed before this turn's reply, appended to the trajectory as masked
         tokens: the next chunk of the dialogue, or the whole prompt of a context window
-        that dropped a turn (`RolloutSettings.context_window`)."""
+        that dropped a turn (`EpisodeSettings.context_window`)."""
         s, traj = self.settings, episode.trajectory
         user = self._user_turn(episode, turn)
         if turn == 1:

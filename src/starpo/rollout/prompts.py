@@ -79,7 +79,7 @@ def first_user_message(
     turn: int = 1,
 ) -> str:
     """The opening user message: the task, then turn 1 (or, for a prompt that starts later
-    in the dialogue (`RolloutSettings.context_window`), the turn it starts at)."""
+    in the dialogue (`EpisodeSettings.context_window`), the turn it starts at)."""
     task = task_description(env, max_actions_per_turn=max_actions_per_turn)
     block = turn_block(
         turn, state, actions_left=actions_left, think=think, max_response_words=max_response_words
@@ -98,7 +98,7 @@ def next_user_message(
     remind: bool = True,
 ) -> str:
     """The user message after an agent turn: its reward, then the next turn (with the
-    format reminder unless `remind` is false: see RolloutSettings.format_every_turn)."""
+    format reminder unless `remind` is false: see EpisodeSettings.format_every_turn)."""
     block = turn_block(
         turn,
         state,

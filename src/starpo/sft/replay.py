@@ -26,7 +26,7 @@ from starpo.rollout.backends.base import (
     SamplingParams,
     first_stop,
 )
-from starpo.rollout.engine import RolloutEngine, RolloutSettings
+from starpo.rollout.engine import EpisodeSettings, RolloutEngine
 from starpo.sft.responses import Script, end_of_turn_id, episode_script, trajectory_script
 from starpo.types import Episode, Record, Trajectory
 
@@ -135,7 +135,7 @@ class ReplayResult:
     skipped: Counter[str] = field(default_factory=Counter)
 
 
-def check_rationales(records: Sequence[Record], settings: RolloutSettings, env_kwargs) -> None:
+def check_rationales(records: Sequence[Record], settings: EpisodeSettings, env_kwargs) -> None:
     """With think on, scripted episodes need their env's rationales: a UserError if an env
     of theirs has none."""
     if not settings.think:
@@ -152,7 +152,7 @@ def check_rationales(records: Sequence[Record], settings: RolloutSettings, env_k
 def replay_records(
     records: Sequence[Record],
     tokenizer: Any,
-    settings: RolloutSettings,
+    settings: EpisodeSettings,
     *,
     actions_per_turn: int = 1,
     env_kwargs: dict[str, Any] | None = None,

@@ -1,9 +1,9 @@
 """The SFT recipe as one call: records -> replayed examples -> fine-tuned model folder.
 
-    from starpo.rollout import RolloutSettings
+    from starpo.rollout import EpisodeSettings
     from starpo.sft import TrainOptions, run_sft
     summary = run_sft("smollm2-135m-instruct", ["runs/sokoban-solver/trajectories.jsonl"],
-                      RolloutSettings(max_turns=10), "runs/sft", from_solver=512,
+                      EpisodeSettings(max_turns=10), "runs/sft", from_solver=512,
                       env_id="sokoban", options=TrainOptions(epochs=2))
 
 `out` becomes a Hugging Face model folder (`starpo.models.load_model(out)`, `starpo train
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from starpo import runs
-from starpo.config.episode import RolloutSettings
+from starpo.config.episode import EpisodeSettings
 from starpo.defaults import DEFAULT_MODEL, WEAK_SKILL
 from starpo.errors import UserError
 from starpo.logs import console_logger, warn
@@ -134,7 +134,7 @@ def _warn_skipped(skipped: Counter[str], total: int) -> None:
 def prepare_examples(
     loaded: LoadedRecords,
     tokenizer: Any,
-    settings: RolloutSettings,
+    settings: EpisodeSettings,
     *,
     actions_per_turn: int,
     only_success: bool | None,
@@ -175,7 +175,7 @@ def prepare_examples(
 def run_sft(
     model: str | Path | tuple[Any, Any] = DEFAULT_MODEL,
     data: Sequence[str | Path | Record] = (),
-    settings: RolloutSettings | None = None,
+    settings: EpisodeSettings | None = None,
     out: str | Path = "runs/sft",
     *,
     options: TrainOptions | None = None,
@@ -196,7 +196,7 @@ def run_sft(
     `data` (trajectories.jsonl paths or eval folders, and/or records) plus `from_solver`
     solver episodes, `from_random` random-policy episodes and `from_weak` weak-policy
     episodes (`weak_skill` of its moves the solver's) of `env_id`, laid out as RL
-    rollouts under `settings` (the RL run's `RolloutSettings`; default: its defaults).
+    rollouts under `settings` (the RL run's `EpisodeSettings`; default: its defaults).
     Writes `out` (module docstring) and returns the summary written to
     `out/sft_summary.json`."""
     from starpo.models import load_model, load_tokenizer
@@ -204,7 +204,7 @@ def run_sft(
     from starpo.sft.train import split_validation, train_epochs
 
     started = time.perf_counter()
-    settings = settings or RolloutSettings()
+    settings = settings or EpisodeSettings()
     options = options or TrainOptions()
     log = console_logger("starpo.sft")
     say = (lambda _line: None) if quiet else log.info

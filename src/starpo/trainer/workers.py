@@ -13,7 +13,7 @@ import torch
 
 from starpo.compute.batch import TrainBatch
 from starpo.config import TrainConfig, config_to_dict
-from starpo.config.episode import RolloutSettings
+from starpo.config.episode import EpisodeSettings
 from starpo.errors import UserError
 from starpo.rollout.backends.base import set_share_histories
 from starpo.rollout.engine import RolloutEngine
@@ -33,7 +33,7 @@ class Workers:
         models: TrainModels,
         backend: Any,
         decode_dtype: torch.dtype,
-        settings: tuple[RolloutSettings, RolloutSettings],
+        settings: tuple[EpisodeSettings, EpisodeSettings],
         say: Callable[[str], None],
     ) -> None:
         """`backend`: the in-process generation backend; `settings`: the training and the
