@@ -119,7 +119,7 @@ def logprob_gaps(groups: int) -> None:
         batch = build_batch(trajectories, tokenizer.pad_token_id, per_turn_rewards=False)
         with torch.no_grad():
             train, _ = policy_logprobs(model, batch, cfg.rollout.temperature, with_entropy=False)
-        gap = (train - batch.old_logprobs)[batch.loss_mask.bool()].abs()
+        gap = (train - batch.rollout_logprobs)[batch.loss_mask.bool()].abs()
         print(
             f"  {label:<18} rollout {took:5.2f} s  |log-prob gap| mean {gap.mean():.2e}"
             f" max {gap.max():.2e}"

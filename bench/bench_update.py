@@ -232,7 +232,7 @@ def fresh_batch(batch: TrainBatch) -> TrainBatch:
         batch.input_ids,
         batch.attention_mask,
         batch.loss_mask,
-        batch.old_logprobs.clone(),
+        batch.rollout_logprobs.clone(),
         batch.token_rewards.clone(),
         batch.turn_rewards,
         batch.turn_ends,

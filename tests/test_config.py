@@ -648,6 +648,7 @@ COUPLED = {
     "rollout.workers",  # CPU only, needs Ray
     "algorithm.adv_estimator",
     "algorithm.tis_cap",  # needs algorithm.recompute_old_logprobs not false
+    "optim.detach_context",  # needs rollout.context_window=full
     "diagnostics.identical_warn",  # <= diagnostics.identical_collapse
     "diagnostics.identical_collapse",
 }

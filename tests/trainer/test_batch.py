@@ -63,10 +63,10 @@ def test_build_batch_pads_right_and_masks_the_agent_tokens():
     assert batch.loss_mask.tolist() == [[0, 0, 1, 1, 0, 1], [0, 1, 1, 1, 0, 0]]
     # Log-probs only on agent tokens: the -9.0 on a prompt token is dropped.
     expected = torch.tensor([[0, 0, -0.5, -0.25, 0, -1.0], [0, -0.1, -0.2, -0.3, 0, 0]])
-    assert torch.equal(batch.old_logprobs, expected)
+    assert torch.equal(batch.rollout_logprobs, expected)
     assert batch.group_ids.tolist() == [0, 1]  # each trajectory's env group
     assert torch.allclose(batch.scores, torch.tensor([0.75, 0.5]))
-    for name in ("advantages", "returns", "old_values", "ref_logprobs", "rollout_logprobs"):
+    for name in ("advantages", "returns", "old_values", "ref_logprobs", "old_logprobs"):
         assert getattr(batch, name) is None, name
 
 
@@ -108,7 +108,7 @@ def test_select_trims_to_the_longest_selected_row():
     assert short.turn_ends.tolist() == [[3, -1]]  # per-row tensors keep their width
     assert short.turn_rewards.shape == (1, 2)
     assert short.scores.tolist() == [0.5] and short.group_ids.tolist() == [1]
-    assert short.returns is None and short.rollout_logprobs is None
+    assert short.returns is None and short.old_logprobs is None
 
 
 def test_select_keeps_the_given_row_order_and_full_width():

@@ -54,7 +54,7 @@ def two_turn_batch(rows: int = 6, seed: int = 0) -> TrainBatch:
         input_ids=ids * attention,
         attention_mask=attention,
         loss_mask=loss_mask,
-        old_logprobs=torch.zeros(rows, width),
+        rollout_logprobs=torch.zeros(rows, width),
         token_rewards=token_rewards,
         turn_rewards=turn_rewards,
         turn_ends=turn_ends,
@@ -66,7 +66,7 @@ def two_turn_batch(rows: int = 6, seed: int = 0) -> TrainBatch:
 def prepared(cfg, models, batch: TrainBatch) -> TrainBatch:
     """Old log-probs from the model itself (ratio 1 at the start), then advantages."""
     with torch.no_grad():
-        batch.old_logprobs = policy_logprobs(models.actor, batch, 1.0, False)[0]
+        batch.rollout_logprobs = policy_logprobs(models.actor, batch, 1.0, False)[0]
     prepare.prepare(batch, models, cfg, recompute_old_logprobs=False)
     return batch
 

@@ -18,9 +18,8 @@ class TrainBatch:
     input_ids: torch.Tensor  # (B, T) right-padded
     attention_mask: torch.Tensor  # (B, T) 1 on real tokens
     loss_mask: torch.Tensor  # (B, T) float, 1 on the agent's generated tokens
-    # (B, T) rollout log-probs (0 off the mask); None between `prepare` and `ppo_update`
-    # when they are recomputed (ppo_update fills them in, see update.fill_old_logprobs)
-    old_logprobs: torch.Tensor | None
+    # (B, T) the log-probs the rollout sampled the agent's tokens with (0 off the mask)
+    rollout_logprobs: torch.Tensor
     token_rewards: torch.Tensor  # (B, T) rewards placed on agent tokens
     turn_rewards: torch.Tensor  # (B, K) per-turn training rewards, 0-padded
     turn_ends: torch.Tensor  # (B, K) last agent token of each turn, -1-padded
@@ -32,8 +31,9 @@ class TrainBatch:
     returns: torch.Tensor | None = None  # (B, T)
     old_values: torch.Tensor | None = None  # (B, T)
     ref_logprobs: torch.Tensor | None = None  # (B, T)
-    # (B, T) the rollout's log-probs, kept when old_logprobs are recomputed by the trainer
-    rollout_logprobs: torch.Tensor | None = None
+    # (B, T) the old policy's log-probs, the PPO ratio's denominator; None until known
+    # (the rollout's, or recomputed: `starpo.trainer.prepare` says when each is set)
+    old_logprobs: torch.Tensor | None = None
     # (B, T) which of its row's sequences a token is in, when a context window made rows of
     # several (`compute.segments`); None = one sequence a row
     segment_ids: torch.Tensor | None = None
@@ -52,7 +52,7 @@ class TrainBatch:
             input_ids=input_ids,
             attention_mask=attention_mask,
             loss_mask=loss_mask,
-            old_logprobs=zeros,
+            rollout_logprobs=zeros,
             token_rewards=zeros,
             turn_rewards=zeros[:, :1],
             turn_ends=torch.zeros(len(input_ids), 1, dtype=torch.long),
@@ -129,7 +129,7 @@ def build_batch(
         input_ids=input_ids,
         attention_mask=attention,
         loss_mask=loss_mask,
-        old_logprobs=logprobs * loss_mask,
+        rollout_logprobs=logprobs * loss_mask,
         token_rewards=place_rewards((n, width), rewards, ends, per_turn=per_turn_rewards),
         turn_rewards=turn_rewards,
         turn_ends=turn_ends,

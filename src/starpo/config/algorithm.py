@@ -176,10 +176,12 @@ class AlgorithmConfig(ConfigSection):
     tis_cap: float | None = _f(
         None,
         "Truncated importance sampling against the rollout/training mismatch: weight each "
-        "token's loss by min(pi_train_old / pi_rollout, tis_cap); needs recomputed old "
-        "log-probs. null = off.",
-        gt=0.0,
+        "token's loss by min(pi_train_old / pi_rollout, tis_cap); weights are 1 where the "
+        "old log-probs are the rollout's (algorithm.recompute_old_logprobs off). null = off.",
+        ge=1.0,
         example=2.0,
+        why="a cap below 1 would scale down even the tokens whose rollout and training "
+        "probabilities agree",
     )
 
     def advantage_params(self) -> dict[str, Any]:

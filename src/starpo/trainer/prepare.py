@@ -2,15 +2,15 @@
 recomputed under the current actor), reference log-probs, old values, advantages and
 returns, all filled into the `TrainBatch`.
 
-What `batch.old_logprobs` holds, step by step (the one place that says it):
-- from `build_batch`: the rollout's sampling log-probs;
-- after `prepare` with recompute off: unchanged (the rollout's are the old policy's);
-- after `prepare` with recompute on: the rollout's move to `batch.rollout_logprobs` and
-  `old_logprobs` is None, left to `ppo_update`, except that a KL penalty in the reward
-  needs them now (recomputed here);
-- in `ppo_update`: `fill_old_logprobs` recomputes every row outside the first
-  mini-batch, the first mini-batch's forward supplies its own (`actor_loss`), and
-  `keep_old_logprobs` writes those back: from then on every row holds the old policy's.
+Two fields, one meaning each: `batch.rollout_logprobs` are the log-probs the rollout
+sampled with (set by `build_batch`, never changed); `batch.old_logprobs` are the old
+policy's, the PPO ratio's denominator, None until known. When each is set:
+- recompute off: `prepare` sets them to the rollout's (the sampler is the old policy);
+- recompute on, with a KL penalty in the reward: `prepare` recomputes them (that KL needs
+  them before any update);
+- recompute on otherwise: `ppo_update` fills them in: `fill_old_logprobs` recomputes every
+  row outside the first mini-batch, that mini-batch's forward supplies its own
+  (`actor_loss`), and `keep_old_logprobs` writes those back.
 """
 
 from __future__ import annotations
@@ -119,23 +119,22 @@ def prepare(
     scales its advantages once they are computed (and whitened): the filter's soft
     reweighting and loss scale (`episodes.KeptGroups`).
 
-    Recomputed old log-probs are left to `ppo_update` (`batch.old_logprobs` None): it knows
-    which rows its first mini-batch trains on, whose old log-probs are the training
-    forward's own (see `fill_old_logprobs`). Only a KL penalty in the reward needs them
-    here, before any update.
+    Recomputed old log-probs are left to `ppo_update` (`batch.old_logprobs` stays None):
+    it knows which rows its first mini-batch trains on, whose old log-probs are the
+    training forward's own (see `fill_old_logprobs`). Only a KL penalty in the reward needs
+    them here, before any update.
     """
     algo, metrics = cfg.algorithm, {}
     temperature, chunk = cfg.rollout.temperature, cfg.optim.micro_batch_size
     autocast = models.precision.autocast
-    if recompute_old_logprobs:
-        batch.rollout_logprobs = batch.old_logprobs
-        if algo.uses_reference and algo.kl_in_reward:  # the reward's KL needs them now
-            batch.old_logprobs = recomputed_logprobs(batch, models, cfg)
-            metrics.update(
-                logprob_mismatch(batch.old_logprobs, batch.rollout_logprobs, batch.loss_mask)
-            )
-        else:  # `ppo_update` fills them in, most of them for free: see `fill_old_logprobs`
-            batch.old_logprobs = None
+    if not recompute_old_logprobs:
+        batch.old_logprobs = batch.rollout_logprobs
+    elif algo.uses_reference and algo.kl_in_reward:  # the reward's KL needs them now
+        batch.old_logprobs = recomputed_logprobs(batch, models, cfg)
+        metrics.update(
+            logprob_mismatch(batch.old_logprobs, batch.rollout_logprobs, batch.loss_mask)
+        )
+    # else `ppo_update` fills them in, most of them for free: see `fill_old_logprobs`
     scores, turn_rewards = batch.scores, batch.turn_rewards
     if algo.uses_reference:
         with autocast():

@@ -100,7 +100,7 @@ def actor_loss(
     if micro.old_logprobs is None:  # before any update: the old policy is this one
         micro.old_logprobs = logprobs.detach()
     is_weights = None
-    if algo.tis_cap is not None and micro.rollout_logprobs is not None:
+    if algo.tis_cap is not None:  # exactly 1 where the old log-probs are the rollout's
         is_weights = truncated_is_weights(micro.old_logprobs, micro.rollout_logprobs, algo.tis_cap)
     loss, metrics = ppo_policy_loss(
         logprobs,
@@ -284,6 +284,8 @@ def ppo_update(
     sums: dict[str, list[float]] = defaultdict(list)
     skipped, mismatch_of_batch, work = 0, {}, 0.0
     pending = batch.old_logprobs is None  # recomputed old log-probs, left by `prepare`
+    # `prepare` hands over the rollout's own tensor when they are the old policy's
+    old_are_rollouts = batch.old_logprobs is batch.rollout_logprobs
     prompts = prompt_of_rows(batch)
     for epoch in range(opt.ppo_epochs):
         order = torch.randperm(len(batch), generator=generator)
@@ -313,7 +315,7 @@ def ppo_update(
             optimizers.step()
             optimizers.zero_grad()
             skips.record(False)
-            if epoch == 0 and start == 0 and batch.rollout_logprobs is None:
+            if epoch == 0 and start == 0 and old_are_rollouts:
                 metrics.update(mismatch)  # old log-probs are the rollout's: a true mismatch
             for key, value in metrics.items():
                 sums[key].append(value)
