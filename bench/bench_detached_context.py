@@ -32,6 +32,7 @@ from bench_step import PRESETS, sft_policy  # noqa: E402
 from starpo.algorithms.losses import aggregation_count  # noqa: E402
 from starpo.config import load_config  # noqa: E402
 from starpo.models.precision import cpu_has_native_bf16  # noqa: E402
+from starpo.trainer.update_settings import UpdateSettings
 
 
 def actor_gradient(models, micro, cfg, count) -> tuple[float, torch.Tensor, float]:
@@ -41,7 +42,7 @@ def actor_gradient(models, micro, cfg, count) -> tuple[float, torch.Tensor, floa
     params = [p for p in models.actor.parameters() if p.requires_grad]
     micro.old_logprobs = None  # on-policy: this forward's own, as in the first mini-batch
     started = time.perf_counter()
-    loss, _ = actor_loss(models, micro, cfg, count)
+    loss, _ = actor_loss(models, micro, UpdateSettings.of(cfg), count)
     grads = torch.autograd.grad(loss, params, allow_unused=True)
     seconds = time.perf_counter() - started
     flat = torch.cat(
@@ -67,7 +68,9 @@ def compare(env: str, model_dir: Path, steps: int) -> list[tuple[float, ...]]:
             trajectories, metrics = trainer.rollout(step)
             kept = trainer.filter(trajectories, metrics)
             batch = trainer.batch(kept.trajectories)
-            prepare(batch, trainer.models, exact_cfg, True, kept.advantage_weights)
+            prepare(
+                batch, trainer.models, UpdateSettings.of(exact_cfg), True, kept.advantage_weights
+            )
             count = aggregation_count(batch.loss_mask, exact_cfg.algorithm.loss_agg)
             for _, micro in batch.split(exact_cfg.optim.micro_batch_size):
                 loss_e, grad_e, sec_e = actor_gradient(trainer.models, micro, exact_cfg, count)

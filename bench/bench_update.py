@@ -66,6 +66,7 @@ from starpo.rollout.prompts import SYSTEM_PROMPT  # noqa: E402
 from starpo.trainer import prepare, update  # noqa: E402
 from starpo.trainer.optim import build_optimizers  # noqa: E402
 from starpo.trainer.train_models import build_models  # noqa: E402
+from starpo.trainer.update_settings import UpdateSettings
 from starpo.types import Trajectory, Turn  # noqa: E402
 from update_cases import (  # noqa: E402
     SOKOBAN_PRESET,
@@ -267,11 +268,15 @@ def run_case(case: Case, model, tokenizer, dtype: str, args, extra: Sequence[str
         for repeat in range(args.repeats + 1):  # the first is a warm-up
             batch = fresh_batch(template)
             start = time.perf_counter()
-            prepare.prepare(batch, models, cfg, recompute_old_logprobs=args.recompute)
+            prepare.prepare(
+                batch, models, UpdateSettings.of(cfg), recompute_old_logprobs=args.recompute
+            )
             prepared = time.perf_counter()
             counter.reset()
             watch.seconds.clear()
-            update.ppo_update(batch, models, optimizers, cfg, torch.Generator().manual_seed(0))
+            update.ppo_update(
+                batch, models, optimizers, UpdateSettings.of(cfg), torch.Generator().manual_seed(0)
+            )
             done = time.perf_counter()
             if repeat:
                 runs.append((done - prepared, prepared - start, dict(watch.seconds)))
@@ -337,13 +342,15 @@ def profile_case(case: Case, model, tokenizer, dtype: str, args) -> None:
     cfg, models, optimizers, template, _ = build_case(case, model, tokenizer, dtype, args.set)
     for warm in (True, False):
         batch = fresh_batch(template)
-        prepare.prepare(batch, models, cfg, recompute_old_logprobs=args.recompute)
+        prepare.prepare(
+            batch, models, UpdateSettings.of(cfg), recompute_old_logprobs=args.recompute
+        )
         generator = torch.Generator().manual_seed(0)
         if warm:
-            update.ppo_update(batch, models, optimizers, cfg, generator)
+            update.ppo_update(batch, models, optimizers, UpdateSettings.of(cfg), generator)
             continue
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-            update.ppo_update(batch, models, optimizers, cfg, generator)
+            update.ppo_update(batch, models, optimizers, UpdateSettings.of(cfg), generator)
     print(f"\n[{case.name}, {dtype}] profile of one update (self CPU time, by input shapes)")
     table = prof.key_averages(group_by_input_shape=True).table(
         sort_by="self_cpu_time_total",

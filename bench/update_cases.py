@@ -23,6 +23,7 @@ from starpo.rollout import RolloutEngine, prompts
 from starpo.sft.replay import ReplayBackend
 from starpo.sft.responses import end_of_turn_id, response_tokens, solver_turn_text
 from starpo.trainer import prepare
+from starpo.trainer.update_settings import UpdateSettings
 from starpo.types import Trajectory
 
 SOKOBAN_PRESET = "cpu-sokoban-sft-starpo-s"
@@ -110,7 +111,7 @@ def recompute_seconds(template: TrainBatch, models, cfg) -> float:
     run it when it cannot be left to the update's own forward."""
     start = time.perf_counter()
     with torch.no_grad():
-        prepare.recomputed_logprobs(template, models, cfg)
+        prepare.recomputed_logprobs(template, models, UpdateSettings.of(cfg))
     return time.perf_counter() - start
 
 

@@ -18,6 +18,7 @@ from starpo.config import load_config
 from starpo.models import load_tokenizer
 from starpo.rollout.engine import EpisodeSettings, RolloutEngine
 from starpo.trainer.prepare import prepare
+from starpo.trainer.update_settings import UpdateSettings
 
 # Level 10003 with one action a turn: sessions 0 and 1 share their first two moves, then
 # part; session 2 starts differently and comes back (Up, Down) to the start state.
@@ -52,7 +53,7 @@ def test_prepare_credits_recurring_sokoban_states(scripted_backend):
     models = SimpleNamespace(
         precision=SimpleNamespace(autocast=contextlib.nullcontext), critic=None, actor=None
     )
-    metrics = prepare(batch, models, cfg, recompute_old_logprobs=False)
+    metrics = prepare(batch, models, UpdateSettings.of(cfg), recompute_old_logprobs=False)
 
     # Recorded keys, rebuilt independently of build_batch: states recur within each group.
     keys: dict[str, int] = {}

@@ -23,6 +23,7 @@ from starpo.models import tiny_random_model
 from starpo.trainer import prepare, update
 from starpo.trainer.optim import build_optimizers
 from starpo.trainer.train_models import build_models
+from starpo.trainer.update_settings import UpdateSettings
 
 LINEAR_OPS = ("mm", "addmm")
 
@@ -154,9 +155,9 @@ def test_the_update_reports_the_flops_of_its_passes(model):
     models = build_models(cfg, model, None)
     optimizers = build_optimizers(cfg, models.actor, models.critic)
     batch = grouped_batch()
-    prepare.prepare(batch, models, cfg, recompute_old_logprobs=False)
+    prepare.prepare(batch, models, UpdateSettings.of(cfg), recompute_old_logprobs=False)
     generator = torch.Generator().manual_seed(0)
-    metrics = update.ppo_update(batch, models, optimizers, cfg, generator)
+    metrics = update.ppo_update(batch, models, optimizers, UpdateSettings.of(cfg), generator)
     micros = [batch.select(torch.arange(g * 4, g * 4 + 4)) for g in range(2)]
     one_epoch = sum(flops.training_pass(models.actor, micro).flops for micro in micros)
     assert metrics[update.UPDATE_FLOPS] == pytest.approx(2 * one_epoch)

@@ -15,6 +15,7 @@ from starpo.models.precision import Precision
 from starpo.trainer import prepare, update
 from starpo.trainer.optim import build_optimizers
 from starpo.trainer.train_models import build_models
+from starpo.trainer.update_settings import UpdateSettings
 
 
 def tiny_config(**overrides: str):
@@ -67,7 +68,7 @@ def prepared(cfg, models, batch: TrainBatch) -> TrainBatch:
     """Old log-probs from the model itself (ratio 1 at the start), then advantages."""
     with torch.no_grad():
         batch.rollout_logprobs = policy_logprobs(models.actor, batch, 1.0, False)[0]
-    prepare.prepare(batch, models, cfg, recompute_old_logprobs=False)
+    prepare.prepare(batch, models, UpdateSettings.of(cfg), recompute_old_logprobs=False)
     return batch
 
 
@@ -93,7 +94,7 @@ def test_bf16_keeps_fp32_master_weights_and_a_tiny_lr_moves_them():
         lambda _m, _i, out: seen.append(out.dtype)
     )
     before = {n: p.detach().clone() for n, p in models.actor.named_parameters()}
-    metrics, finite = update.accumulate_gradients(batch, models, cfg)
+    metrics, finite = update.accumulate_gradients(batch, models, UpdateSettings.of(cfg))
     touched = {n: p.grad != 0 for n, p in models.actor.named_parameters()}
     optimizers.step()
     hook.remove()
@@ -144,7 +145,7 @@ def _gradients(cfg, micro: int) -> dict[str, torch.Tensor]:
             * torch.randn(batch.loss_mask.shape, generator=torch.Generator().manual_seed(1))
             * batch.loss_mask
         )
-    update.accumulate_gradients(batch, models, cfg)
+    update.accumulate_gradients(batch, models, UpdateSettings.of(cfg))
     grads = {f"actor.{n}": p.grad for n, p in models.actor.named_parameters()}
     grads.update({f"critic.{n}": p.grad for n, p in models.critic.named_parameters()})
     return grads

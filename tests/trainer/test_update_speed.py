@@ -12,6 +12,7 @@ from starpo.models import tiny_random_model
 from starpo.trainer import prepare, update
 from starpo.trainer.optim import build_optimizers, fused_adamw_supported
 from starpo.trainer.train_models import build_models
+from starpo.trainer.update_settings import UpdateSettings
 
 GROUPS, GROUP_SIZE, PROMPT = 2, 4, 24
 
@@ -75,15 +76,17 @@ def run_update(cfg, shortcut: bool):
     models = build_models(cfg, model, tokenizer)
     optimizers = build_optimizers(cfg, models.actor, models.critic)
     batch = grouped_batch()
-    prepare.prepare(batch, models, cfg, recompute_old_logprobs=True)
+    prepare.prepare(batch, models, UpdateSettings.of(cfg), recompute_old_logprobs=True)
     before = {}
     if not shortcut:
         assert batch.old_logprobs is None  # left to ppo_update
-        batch.old_logprobs = prepare.recomputed_logprobs(batch, models, cfg)
+        batch.old_logprobs = prepare.recomputed_logprobs(batch, models, UpdateSettings.of(cfg))
         before = prepare.logprob_mismatch(
             batch.old_logprobs, batch.rollout_logprobs, batch.loss_mask
         )
-    metrics = update.ppo_update(batch, models, optimizers, cfg, torch.Generator().manual_seed(7))
+    metrics = update.ppo_update(
+        batch, models, optimizers, UpdateSettings.of(cfg), torch.Generator().manual_seed(7)
+    )
     weights = {n: p.detach().clone() for n, p in models.actor.named_parameters()}
     return {**before, **metrics}, batch.old_logprobs, weights
 
@@ -148,8 +151,8 @@ def first_mini_batch_gradients(micro: int):
     model, tokenizer = tiny_random_model(seed=3)
     models = build_models(cfg, model, tokenizer)
     batch = grouped_batch()
-    prepare.prepare(batch, models, cfg, recompute_old_logprobs=True)
-    metrics, finite = update.accumulate_gradients(batch, models, cfg)
+    prepare.prepare(batch, models, UpdateSettings.of(cfg), recompute_old_logprobs=True)
+    metrics, finite = update.accumulate_gradients(batch, models, UpdateSettings.of(cfg))
     grads = {n: p.grad for n, p in models.actor.named_parameters() if p.grad is not None}
     return grads, batch.old_logprobs, metrics, finite
 
@@ -173,7 +176,7 @@ def test_a_kl_penalty_in_the_reward_recomputes_before_the_update():
     model, tokenizer = tiny_random_model(seed=3)
     models = build_models(cfg, model, tokenizer)
     batch = grouped_batch()
-    metrics = prepare.prepare(batch, models, cfg, recompute_old_logprobs=True)
+    metrics = prepare.prepare(batch, models, UpdateSettings.of(cfg), recompute_old_logprobs=True)
     assert batch.old_logprobs is not None and "rollout/logprob_diff_mean" in metrics
 
 
@@ -232,7 +235,9 @@ def test_the_aggregated_advantage_shows_the_length_bias_of_token_mean():
     for agg in ("token_mean", "seq_mean_token_mean"):
         cfg = config(mini=8, micro=4, **{"algorithm.loss_agg": agg})
         models = build_models(cfg, model, None)
-        got[agg] = prepare.prepare(grouped_batch(), models, cfg, recompute_old_logprobs=True)
+        got[agg] = prepare.prepare(
+            grouped_batch(), models, UpdateSettings.of(cfg), recompute_old_logprobs=True
+        )
     token = got["token_mean"]
     assert token["actor/advantage_aggregated"] == pytest.approx(token["actor/advantage_mean"])
     assert abs(token["actor/advantage_aggregated"]) > 1e-3  # rows differ in length

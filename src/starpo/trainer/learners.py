@@ -113,9 +113,11 @@ class LearnerReplica:
     def update(self, batch: Any, seed: int) -> None:
         """The same update as the driver's, on this learner's share of the micro-batches."""
         from starpo.trainer.update import ppo_update
+        from starpo.trainer.update_settings import UpdateSettings
 
         generator = torch.Generator().manual_seed(seed)
-        ppo_update(batch, self.models, self.optimizers, self.cfg, generator, sync=self.sync)
+        settings = UpdateSettings.of(self.cfg)
+        ppo_update(batch, self.models, self.optimizers, settings, generator, sync=self.sync)
 
 
 class Learners:

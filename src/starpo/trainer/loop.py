@@ -42,6 +42,7 @@ from starpo.trainer.prepare import old_logprobs_recomputed, prepare
 from starpo.trainer.sinks import RunLogger, format_step_line, training_line_keys
 from starpo.trainer.train_models import TrainModels, build_models
 from starpo.trainer.update import UPDATE_FLOPS, SkipCounter, ppo_update, update_speed
+from starpo.trainer.update_settings import UpdateSettings
 from starpo.trainer.workers import Workers
 from starpo.types import Trajectory
 
@@ -244,7 +245,9 @@ class Trainer:
         with timer("rollout"):
             trajectories, metrics = self.rollout(step)
             release_free_memory()  # the KV cache's pages, before the update's activations
-        metrics.update(mi_probe(step, trajectories, self.models, self.cfg, self._seed(step, 4)))
+        settings, seed = UpdateSettings.of(self.cfg), self._seed(step, 4)
+        diagnostics = self.cfg.diagnostics
+        metrics.update(mi_probe(step, trajectories, self.models, diagnostics, settings, seed))
         kept = self.filter(trajectories, metrics)
         self.logger.log_trajectories(step, trajectories, self.cfg.trainer.log_trajectories)
         if not kept.trajectories:  # filter.keep_zero_std=false and no group's rewards varied
@@ -252,7 +255,8 @@ class Trainer:
         with timer("update"):
             batch = self.batch(kept.trajectories)
             recompute, weights = self.recompute_old_logprobs, kept.advantage_weights
-            metrics.update(prepare(batch, self.models, self.cfg, recompute, weights))
+            settings = UpdateSettings.of(self.cfg)
+            metrics.update(prepare(batch, self.models, settings, recompute, weights))
             metrics.update(self.update(step, batch))
         seconds = max(timer.seconds["update"], 1e-9)
         metrics["perf/tokens_per_s"] = int(batch.attention_mask.sum()) / seconds
@@ -293,7 +297,8 @@ class Trainer:
             )
         else:
             models, optimizers = self.models, self.optimizers
-            metrics = ppo_update(batch, models, optimizers, self.cfg, generator, self.skips)
+            settings = UpdateSettings.of(self.cfg)
+            metrics = ppo_update(batch, models, optimizers, settings, generator, self.skips)
         self.backend.update_weights(self.models.actor, self.policy_version)
         metrics["actor/lr"] = self.optimizers.actor.param_groups[0]["lr"]  # the next update's
         if self.optimizers.critic is not None:

@@ -18,10 +18,11 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 
 from starpo.compute.cross_scoring import cross_scores
-from starpo.config import TrainConfig
+from starpo.config.diagnostics import DiagnosticsConfig
 from starpo.diagnostics.template_collapse import mi_key, template_collapse_metrics
 from starpo.timing import Timer
 from starpo.trainer.train_models import TrainModels
+from starpo.trainer.update_settings import UpdateSettings
 from starpo.types import Trajectory
 
 #: One sampled turn: (prompt token ids, reply token ids).
@@ -87,9 +88,11 @@ def _eval_mode(model):
         model.train(was_training)
 
 
-def sample_metrics(pairs: list[Pair], sample: str, models: TrainModels, cfg: TrainConfig) -> dict:
+def sample_metrics(
+    pairs: list[Pair], sample: str, models: TrainModels, settings: UpdateSettings
+) -> dict:
     """The template-collapse metrics of one sample of pairs ({} below two pairs: one
-    reply has nothing to be told apart from)."""
+    reply has nothing to be told apart from), scored as the update scores log-probs."""
     if len(pairs) < 2:
         return {}
     prompts, replies = [p for p, _ in pairs], [r for _, r in pairs]
@@ -98,25 +101,30 @@ def sample_metrics(pairs: list[Pair], sample: str, models: TrainModels, cfg: Tra
             models.actor,
             prompts,
             replies,
-            cfg.rollout.temperature,
+            settings.temperature,
             models.tokenizer.pad_token_id,
-            max_rows=cfg.optim.micro_batch_size,
+            max_rows=settings.optim.micro_batch_size,
         )
     return template_collapse_metrics(scores.numpy(), prefix=mi_key(sample, ""))
 
 
 def mi_probe(
-    step: int, trajectories: Sequence[Trajectory], models: TrainModels, cfg: TrainConfig, seed: int
+    step: int,
+    trajectories: Sequence[Trajectory],
+    models: TrainModels,
+    diagnostics: DiagnosticsConfig,
+    settings: UpdateSettings,
+    seed: int,
 ) -> dict[str, float]:
     """The probe's metrics at `step` ({} unless diagnostics.mi_every > 0 divides it), from
     a sample of diagnostics.mi_samples pairs each, drawn with `seed`, and its seconds."""
-    every = cfg.diagnostics.mi_every
+    every = diagnostics.mi_every
     if every <= 0 or step % every:
         return {}
     timer, metrics = Timer(), {}
     rng = random.Random(seed)
     with timer("mi_probe"):
         for sample, draw in SAMPLERS.items():
-            pairs = draw(trajectories, cfg.diagnostics.mi_samples, rng)
-            metrics.update(sample_metrics(pairs, sample, models, cfg))
+            pairs = draw(trajectories, diagnostics.mi_samples, rng)
+            metrics.update(sample_metrics(pairs, sample, models, settings))
     return {**metrics, **timer.metrics()}

@@ -31,8 +31,8 @@ from starpo.algorithms import (
 )
 from starpo.compute.batch import TrainBatch
 from starpo.compute.forward import policy_logprobs, reference_logprobs
-from starpo.config import TrainConfig
 from starpo.trainer.train_models import TrainModels
+from starpo.trainer.update_settings import UpdateSettings
 
 
 def map_rows(
@@ -59,7 +59,10 @@ def logprob_mismatch(train: torch.Tensor, rollout: torch.Tensor, mask: torch.Ten
 
 @torch.no_grad()
 def recomputed_logprobs(
-    batch: TrainBatch, models: TrainModels, cfg: TrainConfig, rows: torch.Tensor | None = None
+    batch: TrainBatch,
+    models: TrainModels,
+    settings: UpdateSettings,
+    rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Log-probs (B, T) of the agent tokens under the current actor, for `rows` only (the
     others 0; default all), micro-batch by micro-batch."""
@@ -68,11 +71,11 @@ def recomputed_logprobs(
     if not len(rows):
         return out
     part = batch.select(rows)
-    temperature = cfg.rollout.temperature
+    temperature = settings.temperature
     with models.precision.autocast():
         logprobs = map_rows(
             part,
-            cfg.optim.micro_batch_size,
+            settings.optim.micro_batch_size,
             lambda b: policy_logprobs(models.actor, b, temperature, False)[0],
         )
     out[rows, : logprobs.shape[1]] = logprobs
@@ -80,7 +83,7 @@ def recomputed_logprobs(
 
 
 def fill_old_logprobs(
-    batch: TrainBatch, first_rows: torch.Tensor, models: TrainModels, cfg: TrainConfig
+    batch: TrainBatch, first_rows: torch.Tensor, models: TrainModels, settings: UpdateSettings
 ) -> None:
     """Recompute the old log-probs of every row outside `first_rows` (the first mini-batch)
     before any update; those rows are left to that mini-batch's own forward (marked None in
@@ -89,7 +92,8 @@ def fill_old_logprobs(
     epoch and one mini-batch, nothing is recomputed at all."""
     first = torch.zeros(len(batch), dtype=torch.bool)
     first[first_rows] = True
-    batch.old_logprobs = recomputed_logprobs(batch, models, cfg, torch.nonzero(~first)[:, 0])
+    others = torch.nonzero(~first)[:, 0]
+    batch.old_logprobs = recomputed_logprobs(batch, models, settings, others)
 
 
 def keep_old_logprobs(batch: TrainBatch, rows: torch.Tensor, mini: TrainBatch) -> dict:
@@ -110,7 +114,7 @@ def old_logprobs_recomputed(setting: bool | None, exact_rollout_logprobs: bool) 
 def prepare(
     batch: TrainBatch,
     models: TrainModels,
-    cfg: TrainConfig,
+    settings: UpdateSettings,
     recompute_old_logprobs: bool,
     advantage_weights: list[float] | None = None,
 ) -> dict[str, float]:
@@ -124,13 +128,13 @@ def prepare(
     training forward's own (see `fill_old_logprobs`). Only a KL penalty in the reward needs
     them here, before any update.
     """
-    algo, metrics = cfg.algorithm, {}
-    temperature, chunk = cfg.rollout.temperature, cfg.optim.micro_batch_size
+    algo, metrics = settings.algorithm, {}
+    temperature, chunk = settings.temperature, settings.optim.micro_batch_size
     autocast = models.precision.autocast
     if not recompute_old_logprobs:
         batch.old_logprobs = batch.rollout_logprobs
     elif algo.uses_reference and algo.kl_in_reward:  # the reward's KL needs them now
-        batch.old_logprobs = recomputed_logprobs(batch, models, cfg)
+        batch.old_logprobs = recomputed_logprobs(batch, models, settings)
         metrics.update(
             logprob_mismatch(batch.old_logprobs, batch.rollout_logprobs, batch.loss_mask)
         )

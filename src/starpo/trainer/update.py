@@ -26,11 +26,12 @@ from starpo.compute.batch import TrainBatch
 from starpo.compute.forward import policy_logprobs
 from starpo.compute.packing import prompt_clusters
 from starpo.compute.weights import trainable_parameters
-from starpo.config import TrainConfig
+from starpo.config import AlgorithmConfig
 from starpo.errors import UserError
 from starpo.trainer.optim import Optimizers
 from starpo.trainer.prepare import fill_old_logprobs, keep_old_logprobs, logprob_mismatch
 from starpo.trainer.train_models import TrainModels
+from starpo.trainer.update_settings import UpdateSettings
 
 
 class DataParallel(Protocol):
@@ -84,7 +85,7 @@ class SkipCounter:
 
 
 def actor_loss(
-    models: TrainModels, micro: TrainBatch, cfg: TrainConfig, count: float | None = None
+    models: TrainModels, micro: TrainBatch, settings: UpdateSettings, count: float | None = None
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO surrogate - entropy bonus (+ KL loss) of one micro-batch. `count`: the
     mini-batch's aggregation count, so micro-batch losses add up to the mini-batch loss.
@@ -92,10 +93,10 @@ def actor_loss(
     A micro-batch without old log-probs (None: recomputed ones, before the first update)
     takes this forward's own, detached, and keeps them in `micro.old_logprobs`.
     """
-    algo = cfg.algorithm
+    algo, detach = settings.algorithm, settings.optim.detach_context
     with models.precision.autocast():
         logprobs, entropy = policy_logprobs(
-            models.actor, micro, cfg.rollout.temperature, detach_context=cfg.optim.detach_context
+            models.actor, micro, settings.temperature, detach_context=detach
         )
     if micro.old_logprobs is None:  # before any update: the old policy is this one
         micro.old_logprobs = logprobs.detach()
@@ -130,7 +131,7 @@ def actor_loss(
 
 
 def critic_loss(
-    models: TrainModels, micro: TrainBatch, cfg: TrainConfig, count: float | None = None
+    models: TrainModels, micro: TrainBatch, algo: AlgorithmConfig, count: float | None = None
 ) -> tuple[torch.Tensor, dict[str, float]]:
     with models.precision.autocast():
         values = models.critic(micro.input_ids, micro.attention_mask, micro.segment_ids)
@@ -139,11 +140,11 @@ def critic_loss(
         micro.old_values,
         micro.returns,
         micro.loss_mask,
-        clip=cfg.algorithm.value_clip,
-        agg=cfg.algorithm.loss_agg,
+        clip=algo.value_clip,
+        agg=algo.loss_agg,
         count=count,
     )
-    return cfg.algorithm.vf_coef * loss, {f"critic/{k}": v for k, v in metrics.items()}
+    return algo.vf_coef * loss, {f"critic/{k}": v for k, v in metrics.items()}
 
 
 # ------------------------------------------------------------------------ update
@@ -177,7 +178,10 @@ def micro_batch_flops(
 
 
 def accumulate_gradients(
-    mini: TrainBatch, models: TrainModels, cfg: TrainConfig, sync: DataParallel | None = None
+    mini: TrainBatch,
+    models: TrainModels,
+    settings: UpdateSettings,
+    sync: DataParallel | None = None,
 ) -> tuple[dict[str, float], bool]:
     """Backward the mini-batch's losses micro-batch by micro-batch (gradients add up to
     those of one pass over the whole mini-batch); return (metrics, every loss finite).
@@ -187,7 +191,7 @@ def accumulate_gradients(
     With `sync` (data-parallel learners) this learner runs only its share of the
     micro-batches, then the learners sum gradients and old log-probs and share metrics, so
     every learner ends with what one learner would have over all micro-batches."""
-    agg, size = cfg.algorithm.loss_agg, cfg.optim.micro_batch_size
+    agg, size = settings.algorithm.loss_agg, settings.optim.micro_batch_size
     count = aggregation_count(mini.loss_mask, agg)  # the mini-batch's, for every micro
     parts, finite, work = [], True, 0.0
     on_policy = mini.old_logprobs is None  # filled in by the micro-batches' forwards
@@ -195,16 +199,16 @@ def accumulate_gradients(
         mini.old_logprobs = torch.zeros_like(mini.loss_mask)
     for index, (rows, micro) in enumerate(mini.split(size)):
         # every learner's: the whole mini-batch's
-        work += micro_batch_flops(models, micro, cfg.optim.detach_context)
+        work += micro_batch_flops(models, micro, settings.optim.detach_context)
         if sync is not None and not sync.owns(index):
             continue
         if on_policy:
             micro.old_logprobs = None
-        loss, metrics = actor_loss(models, micro, cfg, count)
+        loss, metrics = actor_loss(models, micro, settings, count)
         if on_policy:
             mini.old_logprobs[rows, : micro.old_logprobs.shape[1]] = micro.old_logprobs
         if models.critic is not None:
-            closs, cmetrics = critic_loss(models, micro, cfg, count)
+            closs, cmetrics = critic_loss(models, micro, settings.algorithm, count)
             loss = loss + closs
             metrics.update(cmetrics)
         finite = finite and bool(torch.isfinite(loss))
@@ -262,7 +266,7 @@ def ppo_update(
     batch: TrainBatch,
     models: TrainModels,
     optimizers: Optimizers,
-    cfg: TrainConfig,
+    settings: UpdateSettings,
     generator: torch.Generator,
     skips: SkipCounter | None = None,
     sync: DataParallel | None = None,
@@ -279,7 +283,7 @@ def ppo_update(
     function (None) are filled in by `fill_old_logprobs` and the first mini-batch's own
     forward; the batch holds all of them afterwards.
     """
-    opt = cfg.optim
+    opt = settings.optim
     skips = skips or SkipCounter(opt.max_skipped_updates)
     sums: dict[str, list[float]] = defaultdict(list)
     skipped, mismatch_of_batch, work = 0, {}, 0.0
@@ -299,9 +303,9 @@ def ppo_update(
             rows = rows[torch.argsort(prompts[rows], stable=True)]
             mini = batch.select(rows)
             if pending:  # the first mini-batch: the others' old log-probs up front
-                fill_old_logprobs(batch, rows, models, cfg)
+                fill_old_logprobs(batch, rows, models, settings)
                 mini.old_logprobs = None
-            metrics, finite = accumulate_gradients(mini, models, cfg, sync)
+            metrics, finite = accumulate_gradients(mini, models, settings, sync)
             work += metrics.pop(UPDATE_FLOPS, 0.0)  # done even when the update is skipped
             if pending:  # now every row has its old log-probs
                 mismatch_of_batch, pending = keep_old_logprobs(batch, rows, mini), False

@@ -21,6 +21,7 @@ from starpo.trainer.checkpoints.store import latest_checkpoint
 from starpo.trainer.optim import Optimizers
 from starpo.trainer.train_models import TrainModels
 from starpo.trainer.update import SkipCounter, ppo_update
+from starpo.trainer.update_settings import UpdateSettings
 
 
 class Workers:
@@ -159,7 +160,7 @@ class Workers:
         try:
             self.learners.start_update(batch, seed)
             metrics = ppo_update(
-                batch, self.models, optimizers, self.cfg, generator, skips,
+                batch, self.models, optimizers, UpdateSettings.of(self.cfg), generator, skips,
                 sync=self.learners.sync,
             )  # fmt: skip
             self.learners.finish_update()
