@@ -119,6 +119,12 @@ class Trainer:
     def val_settings(self):
         return self.cfg.rollout.settings(temperature=self.cfg.trainer.val_temperature)
 
+    @property
+    def update_settings(self) -> UpdateSettings:
+        """What prepare, the update and the MI probe read of the config (read afresh: a
+        rollback may change the config's sections)."""
+        return UpdateSettings.of(self.cfg)
+
     def say(self, message: str) -> None:
         """A console line (logger "starpo.trainer"), unless quiet."""
         if not self.quiet:
@@ -245,7 +251,7 @@ class Trainer:
         with timer("rollout"):
             trajectories, metrics = self.rollout(step)
             release_free_memory()  # the KV cache's pages, before the update's activations
-        settings, seed = UpdateSettings.of(self.cfg), self._seed(step, 4)
+        settings, seed = self.update_settings, self._seed(step, 4)
         diagnostics = self.cfg.diagnostics
         metrics.update(mi_probe(step, trajectories, self.models, diagnostics, settings, seed))
         kept = self.filter(trajectories, metrics)
@@ -255,8 +261,7 @@ class Trainer:
         with timer("update"):
             batch = self.batch(kept.trajectories)
             recompute, weights = self.recompute_old_logprobs, kept.advantage_weights
-            settings = UpdateSettings.of(self.cfg)
-            metrics.update(prepare(batch, self.models, settings, recompute, weights))
+            metrics.update(prepare(batch, self.models, self.update_settings, recompute, weights))
             metrics.update(self.update(step, batch))
         seconds = max(timer.seconds["update"], 1e-9)
         metrics["perf/tokens_per_s"] = int(batch.attention_mask.sum()) / seconds
@@ -297,7 +302,7 @@ class Trainer:
             )
         else:
             models, optimizers = self.models, self.optimizers
-            settings = UpdateSettings.of(self.cfg)
+            settings = self.update_settings
             metrics = ppo_update(batch, models, optimizers, settings, generator, self.skips)
         self.backend.update_weights(self.models.actor, self.policy_version)
         metrics["actor/lr"] = self.optimizers.actor.param_groups[0]["lr"]  # the next update's
