@@ -23,7 +23,6 @@ import json
 import shutil
 import string
 import tempfile
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -36,7 +35,7 @@ from starpo.config import presets
 from starpo.envs import registered_ids, spec
 from starpo.envs.registry import accepted_kwargs
 from starpo.rollout.engine import EpisodeSettings
-from starpo.sft.options import option_help
+from starpo.sft.options import TrainOptions
 from starpo.types import Trajectory, Turn
 
 FUZZ = settings(
@@ -104,10 +103,10 @@ def _command_line(
 def _settings_options(names: list[str]) -> dict[str, st.SearchStrategy[str] | None]:
     """The flags of `EpisodeSettings` fields: --think/--no-think, typed values otherwise."""
     options: dict[str, st.SearchStrategy[str] | None] = {}
-    for f in fields(EpisodeSettings):
-        if f.name not in names:
+    for name, f in EpisodeSettings.model_fields.items():
+        if name not in names:
             continue
-        flag = "--" + f.name.replace("_", "-")
+        flag = "--" + name.replace("_", "-")
         if isinstance(f.default, bool):
             options[flag] = None
             options["--no-" + flag[2:]] = None
@@ -116,7 +115,7 @@ def _settings_options(names: list[str]) -> dict[str, st.SearchStrategy[str] | No
     return options
 
 
-SETTINGS = [f.name for f in fields(EpisodeSettings)]
+SETTINGS = list(EpisodeSettings.model_fields)
 EVAL_OPTIONS = {
     "--env": ENV_ID,
     "--policy": st.sampled_from(["random", "solver", "model", "oracle"]),
@@ -143,7 +142,7 @@ SFT_TRAINING = {
         if isinstance(default, int)
         else FLOAT
     )
-    for name, (default, _) in option_help().items()
+    for name, default in ((n, f.default) for n, f in TrainOptions.model_fields.items())
 }
 SFT_OPTIONS = {
     "--out": PATH,

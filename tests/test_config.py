@@ -99,14 +99,12 @@ def test_env_validation_defaults_follow_the_training_env():
 
 
 def test_rollout_section_builds_the_engine_settings_from_one_definition():
-    from dataclasses import fields
-
     from starpo.rollout.engine import EpisodeSettings
 
     settings = RolloutConfig(max_new_tokens=64).settings(temperature=0.5)
     assert isinstance(settings, EpisodeSettings)
     assert settings.max_new_tokens == 64 and settings.temperature == 0.5
-    episode = {f.name for f in fields(EpisodeSettings)}
+    episode = set(EpisodeSettings.model_fields)
     per_step = {
         "num_groups",
         "group_size",
@@ -117,11 +115,12 @@ def test_rollout_section_builds_the_engine_settings_from_one_definition():
         "share_histories",
     }
     assert set(RolloutConfig.model_fields) == episode | per_step
-    for f in fields(EpisodeSettings):  # same default and help text as the one definition
-        info = RolloutConfig.model_fields[f.name]
-        assert info.default == f.default, f.name
-        if f.name != "temperature":  # training refuses greedy rollouts: its own help
-            assert info.description == f.metadata["help"], f.name
+    for name, f in EpisodeSettings.model_fields.items():  # the one definition's default, help
+        info = RolloutConfig.model_fields[name]
+        assert info.default == f.default, name
+        if name != "temperature":  # training refuses greedy rollouts: its own help
+            assert info.description == f.description, name
+            assert field_rules(info) == field_rules(f), name
 
 
 def test_config_choices_read_the_registry():

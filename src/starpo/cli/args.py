@@ -5,6 +5,7 @@ argparse kind of a per-episode setting's flag. Torch-free: `--help` stays fast."
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from starpo.errors import UserError
@@ -47,12 +48,34 @@ def check_seed(flag: str, seed: int | None) -> None:
         raise UserError(f"{flag} must be between 0 and {2**63 - 1}, got {seed}")
 
 
-def setting_flag_kind(default: Any) -> dict[str, Any]:
-    """argparse keywords of a setting's flag: `--think / --no-think` for a bool, else the
-    default's type."""
-    if isinstance(default, bool):
-        return {"action": argparse.BooleanOptionalAction}
-    return {"type": type(default)}
+def add_setting_flags(
+    group: Any,
+    section: Any,
+    *,
+    names: Collection[str] | None = None,
+    defaults: Mapping[str, Any] | None = None,
+    shown: Callable[[str, Any], str] | None = None,
+) -> None:
+    """One flag per setting of `section` (a config section class: `EpisodeSettings`,
+    SFT's `TrainOptions`), its help and choices from the setting's one declaration:
+    `--think / --no-think` for a bool, else the default's type. `names`: only these;
+    `defaults`: the command's own defaults (None = decided later); `shown(name, default)`:
+    how the help text states the default. Values are checked by the section's rules when
+    the command builds it (`check_settings`), so a mistake is one line naming the flag."""
+    from starpo.config.fields import field_rules
+
+    for name, info in section.model_fields.items():
+        if names is not None and name not in names:
+            continue
+        default = (defaults or {}).get(name, info.default)
+        kind: dict[str, Any] = {"type": type(info.default)}
+        if isinstance(info.default, bool):
+            kind = {"action": argparse.BooleanOptionalAction}
+        choices = field_rules(info).get("choices")
+        one_of = f"one of {', '.join(choices)}; " if choices else ""
+        said = shown(name, default) if shown else f"default {default}"
+        help_text = f"{info.description} ({one_of}{said})".replace("%", "%%")
+        group.add_argument(flag_name(name), default=default, help=help_text, **kind)
 
 
 def add_decode_flags(parser: Any) -> None:

@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import threading
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +27,10 @@ from starpo.cli.args import (
     MAX_EPISODES,
     add_decode_flags,
     add_env_arg_flag,
+    add_setting_flags,
     check_seed,
     flag_name,
     parse_env_args,
-    setting_flag_kind,
 )
 from starpo.errors import UserError
 from starpo.runs import EVAL_TRAJECTORIES_FILE
@@ -78,8 +77,6 @@ def _progress(iterable: Any, args: argparse.Namespace, total: int) -> Any:
 def _rollout_settings_from_args(args: argparse.Namespace) -> Any:
     """The `EpisodeSettings` of `--policy model`: each setting from its flag (the others at
     their defaults), checked by the settings' own bounds; an error names the flag."""
-    from dataclasses import fields
-
     from starpo.config.episode import EpisodeSettings, check_settings
     from starpo.evaluation.model import default_max_new_tokens
 
@@ -91,7 +88,7 @@ def _rollout_settings_from_args(args: argparse.Namespace) -> Any:
             f"--episodes x --samples-per-seed is {args.episodes * args.samples_per_seed} "
             f"episodes; play at most {MAX_EPISODES} in one eval"
         )
-    values = {f.name: getattr(args, f.name) for f in fields(EpisodeSettings) if f.name in args}
+    values = {name: getattr(args, name) for name in EpisodeSettings.model_fields if name in args}
     if values.get("max_new_tokens") is None:  # not given: the think mode decides
         values["max_new_tokens"] = default_max_new_tokens(values["think"])
     check_settings(values, spell=flag_name)
@@ -112,7 +109,7 @@ def _eval_model(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
     check_writable(out, "output folder")  # before the model loads
     seeds = list(range(args.seed_start, args.seed_start + args.episodes))
     if not args.quiet:
-        print(f"eval {args.env} with {args.model}: {_mode(asdict(settings))}")
+        print(f"eval {args.env} with {args.model}: {_mode(settings.model_dump())}")
     bar, show = progress_bar(
         len(seeds) * args.samples_per_seed, f"eval {args.env}", disable=args.quiet
     )
@@ -136,7 +133,7 @@ def _eval_model(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
         "policy": "model",
         "model": args.model,
         "seed_start": args.seed_start,
-        "settings": asdict(settings),
+        "settings": settings.model_dump(),
         **summary,
     }
     # Reference policies on the same seeds, for the comparison table.
@@ -230,22 +227,18 @@ def add_model_eval_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_settings_flags(group: Any, defaults: dict[str, Any]) -> None:
-    """One flag per per-episode setting, from its one definition (`EpisodeSettings`:
-    help, default; bounds are checked by `_rollout_settings_from_args`)."""
-    from dataclasses import fields
-
+    """One flag per per-episode setting, from its one declaration (`EpisodeSettings`;
+    values are checked by `_rollout_settings_from_args`)."""
     from starpo.config.episode import EpisodeSettings
     from starpo.evaluation.model import default_max_new_tokens
 
-    for f in fields(EpisodeSettings):
-        default = defaults.get(f.name, f.default)
-        kind = setting_flag_kind(f.default)
-        shown = default
-        if f.name == "max_new_tokens" and default is None:  # see _rollout_settings_from_args
-            shown = f"{default_max_new_tokens(True)} with --think, else "
-            shown += str(default_max_new_tokens(False))
-        help_text = f"{f.metadata['help']} (default {shown})".replace("%", "%%")
-        group.add_argument(flag_name(f.name), default=default, help=help_text, **kind)
+    def shown(name: str, default: Any) -> str:
+        if name == "max_new_tokens" and default is None:  # see _rollout_settings_from_args
+            think, answer = default_max_new_tokens(True), default_max_new_tokens(False)
+            return f"default {think} with --think, else {answer}"
+        return f"default {default}"
+
+    add_setting_flags(group, EpisodeSettings, defaults=defaults, shown=shown)
 
 
 def add_api_eval_args(p: argparse.ArgumentParser) -> None:
@@ -374,7 +367,7 @@ def cmd_eval_api(args: argparse.Namespace) -> int:
         "env": args.env,
         "env_kwargs": env_kwargs,
         "model": model,
-        "settings": asdict(settings),
+        "settings": settings.model_dump(),
         "api_prefill": args.api_prefill,
     }
     if args.resume:
@@ -389,9 +382,8 @@ def cmd_eval_api(args: argparse.Namespace) -> int:
     todo = [seed for seed in seeds for _ in range(samples - len(done.get(seed, [])))]
     if not args.quiet:
         resumed = f", {len(kept)} episodes kept from before" if kept else ""
-        print(
-            f"eval {args.env} with {model} at {args.base_url}: {_mode(asdict(settings))}{resumed}"
-        )
+        mode = _mode(settings.model_dump())
+        print(f"eval {args.env} with {model} at {args.base_url}: {mode}{resumed}")
     player = ApiPlayer(
         client, model, settings, concurrency=args.concurrency, prefill=args.api_prefill
     )
@@ -414,7 +406,7 @@ def cmd_eval_api(args: argparse.Namespace) -> int:
         "model": model,
         "base_url": args.base_url,
         "seed_start": args.seed_start,
-        "settings": asdict(settings),
+        "settings": settings.model_dump(),
         **summarise(episodes),
         **_api_totals(episodes),
         "samples_per_seed": samples,

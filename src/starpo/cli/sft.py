@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from starpo.cli.args import (
     MAX_EPISODES,
     add_env_arg_flag,
+    add_setting_flags,
     check_seed,
     flag_name,
     parse_env_args,
-    setting_flag_kind,
 )
 from starpo.errors import UserError
 
@@ -51,9 +50,10 @@ replayed examples, sft_data.jsonl."""
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the `sft` command to `starpo`'s subparsers; returns its parser."""
+    from starpo.config.episode import EpisodeSettings
     from starpo.defaults import WEAK_SKILL
     from starpo.sft.data import SOLVER_SEED_START, validation_seeds
-    from starpo.sft.options import DTYPES, SCHEDULES, option_help
+    from starpo.sft.options import TrainOptions
 
     p = subparsers.add_parser(
         "sft",
@@ -144,33 +144,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "the solver's, whose actions are optimal even when the env's ice made it fail; only "
         "successful ones of any other policy)",
     )
-    _add_layout_flags(p.add_argument_group("layout (as the RL run's rollout.* settings)"))
-    t = p.add_argument_group("training")
-    for name, (default, help_text) in option_help().items():
-        kind: dict[str, Any] = {"type": type(default)}
-        choices = {"schedule": SCHEDULES, "dtype": DTYPES}
-        if name in choices:
-            kind["choices"] = list(choices[name])
-        t.add_argument(
-            flag_name(name), default=default, help=f"{help_text} (default {default})", **kind
-        )
+    add_setting_flags(  # default None: from --config, else the setting's own
+        p.add_argument_group("layout (as the RL run's rollout.* settings)"),
+        EpisodeSettings,
+        names=LAYOUT_SETTINGS,
+        defaults=dict.fromkeys(LAYOUT_SETTINGS),
+        shown=lambda name, _: (
+            f"default: --config's, else {EpisodeSettings.model_fields[name].default}"
+        ),
+    )
+    add_setting_flags(p.add_argument_group("training"), TrainOptions)
     p.set_defaults(func=cmd_sft)
     return p
-
-
-def _add_layout_flags(group: Any) -> None:
-    """One flag per layout setting, with `EpisodeSettings`' help; default None = from
-    --config, else the setting's default."""
-    from starpo.config.episode import EpisodeSettings
-
-    for f in fields(EpisodeSettings):
-        if f.name not in LAYOUT_SETTINGS:
-            continue
-        kind = setting_flag_kind(f.default)
-        help_text = f"{f.metadata['help']} (default: --config's, else {f.default})"
-        group.add_argument(
-            flag_name(f.name), default=None, help=help_text.replace("%", "%%"), **kind
-        )
 
 
 def resolve(args: argparse.Namespace) -> dict[str, Any]:
@@ -186,14 +171,14 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
         from starpo.config import load_config
 
         cfg = load_config(args.config)
-        values = asdict_settings(cfg.rollout.settings())
+        values = cfg.rollout.settings().model_dump()
         model, env_id, env_kwargs = cfg.model.name, cfg.env.id, dict(cfg.env.kwargs)
     check_seed("--seed-start", args.seed_start)
     check_seed("--seed", args.seed)
     flags = {name: getattr(args, name) for name in LAYOUT_SETTINGS}
     values.update({k: v for k, v in flags.items() if v is not None})
     check_settings(values, spell=flag_name)
-    options = TrainOptions(**{f.name: getattr(args, f.name) for f in fields(TrainOptions)})
+    options = TrainOptions(**{name: getattr(args, name) for name in TrainOptions.model_fields})
     if args.actions_per_turn < 1:
         raise UserError(f"--actions-per-turn must be >= 1, got {args.actions_per_turn}")
     for flag in ("from_solver", "from_random", "from_weak"):
@@ -220,10 +205,6 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
         device=args.device,
         quiet=args.quiet,
     )
-
-
-def asdict_settings(settings: Any) -> dict[str, Any]:
-    return {f.name: getattr(settings, f.name) for f in fields(settings)}
 
 
 def cmd_sft(args: argparse.Namespace) -> int:

@@ -1,81 +1,70 @@
 """The per-episode settings (`EpisodeSettings`, once `RolloutSettings`): turn and action
-limits, sampling, the prompt's format choices and the env's time limit, each with its help,
-bounds and default, defined once. The training config's `rollout` section, `starpo eval`'s
-flags and `starpo sft`'s layout flags are all built from this definition, and
-`check_settings` gives the one-line error that names the config key or flag. Stdlib only:
-the config layer sits below the rollout engine that plays episodes with these settings."""
+limits, sampling, the prompt's format choices and the env's time limit, each declared once
+with `config_field` (help, bounds, choices), as every setting of starpo is. The training
+config's `rollout` section extends this class, `starpo eval`'s flags and `starpo sft`'s
+layout flags are built from its fields, and `check_settings` gives the one-line error that
+names the flag. Torch-free: the config layer sits below the rollout engine that plays
+episodes with these settings."""
 
 from __future__ import annotations
 
 import math
 import operator
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
 from typing import Any
 
+from pydantic import ConfigDict
+
+from starpo.config.fields import ConfigSection, config_field, field_rules
 from starpo.errors import UserError
 
 
-def setting(
-    default: Any,
-    help: str,
-    *,
-    choices: tuple[str, ...] | None = None,
-    finite: bool = False,
-    **bounds: float,
-) -> Any:
-    """A field of a settings dataclass (`EpisodeSettings`, SFT's `TrainOptions`): its
-    default, help text, bounds (gt/ge/lt/le), allowed `choices` and whether it must be a
-    `finite` number, kept as field metadata in the shape of the training config's fields,
-    so config sections and command flags are built from these and `check_settings` checks
-    them all one way."""
-    rules: dict[str, Any] = dict(bounds)
-    if choices is not None:
-        rules["choices"] = tuple(choices)
-    if finite:
-        rules["finite"] = True
-    return field(default=default, metadata={"help": help, **rules})
-
-
-@dataclass(frozen=True)
-class EpisodeSettings:
+class EpisodeSettings(ConfigSection):
     """Limits and sampling of one episode: the one definition of these settings, with their
-    help, bounds and defaults (defaults: RAGEN, arXiv 2504.20073, and its config).
+    help, bounds and defaults (defaults: RAGEN, arXiv 2504.20073, and its config). Frozen:
+    one value is shared by every episode of a stage (and hashable).
 
-    The trainer builds it from the config's `rollout` section, `starpo eval` from its flags
-    (see `check_settings` for the one-line error naming the flag or config key).
+    The config's `rollout` section is this plus the settings of a whole rollout stage;
+    `starpo eval` builds it from its flags (see `check_settings` for the one-line error
+    naming the flag).
     """
 
-    max_turns: int = setting(5, "Turns per episode at most.", ge=1)
-    max_actions_per_turn: int = setting(5, "Actions one answer may hold (separated by ||).", ge=1)
-    max_actions_per_traj: int = setting(
+    model_config = ConfigDict(frozen=True)
+
+    max_turns: int = config_field(5, "Turns per episode at most.", ge=1)
+    max_actions_per_turn: int = config_field(
+        5, "Actions one answer may hold (separated by ||).", ge=1
+    )
+    max_actions_per_traj: int = config_field(
         10, "Valid actions per episode at most (invalid ones use none).", ge=1
     )
-    max_new_tokens: int = setting(400, "Token budget of one turn's response.", ge=1)
-    max_response_words: int = setting(100, "Response length the prompt asks for, in words.", ge=1)
-    temperature: float = setting(1.0, "Sampling temperature; 0 = greedy.", ge=0.0)
-    top_p: float = setting(1.0, "Nucleus sampling mass.", gt=0.0, le=1.0)
-    think: bool = setting(
+    max_new_tokens: int = config_field(400, "Token budget of one turn's response.", ge=1)
+    max_response_words: int = config_field(
+        100, "Response length the prompt asks for, in words.", ge=1
+    )
+    temperature: float = config_field(1.0, "Sampling temperature; 0 = greedy.", ge=0.0)
+    top_p: float = config_field(1.0, "Nucleus sampling mass.", gt=0.0, le=1.0)
+    think: bool = config_field(
         True, "Ask for <think>...</think> first; false = prompt ends with <answer>."
     )
-    format_penalty: float = setting(
+    format_penalty: float = config_field(
         -0.1, "Training reward of an unparsable turn or invalid action; 0 = none.", le=0.0
     )
-    format_reward: float = setting(
+    format_reward: float = config_field(
         0.0,
         "Shaping bonus for a well-formed turn (think/answer structure parsed), whatever its "
         "action; helps small models that never follow the format. 0 = the paper.",
         ge=0.0,
     )
-    stop_at_answer: bool = setting(
+    stop_at_answer: bool = config_field(
         True, "End a turn's generation at </answer> (the rest would be ignored)."
     )
-    format_every_turn: bool = setting(
+    format_every_turn: bool = config_field(
         True,
         "Repeat the output-format reminder in every turn's message (RAGEN); false = in the "
         "first only, ~29% fewer tokens per Sokoban dialogue to encode and train on.",
     )
-    context_window: str = setting(
+    context_window: str = config_field(
         "full",
         "What each turn's prompt shows (RAGEN-2's context window modes): full = the whole "
         "dialogue; last_k = the task plus the last `context_turns` turns; single_turn = the "
@@ -83,18 +72,15 @@ class EpisodeSettings:
         "trained as a sequence of its own.",
         choices=("full", "last_k", "single_turn"),
     )
-    context_turns: int = setting(
+    context_turns: int = config_field(
         2, "Earlier turns a last_k prompt keeps besides the current one.", ge=1
     )
-    env_timeout_s: float = setting(
+    env_timeout_s: float = config_field(
         60.0,
         "Seconds an env's reset or step may take; past it the episode ends as errored "
         "(the env's thread is abandoned) and training goes on. 0 = no limit.",
         ge=0.0,
     )
-
-    def __post_init__(self) -> None:
-        check_settings({f.name: getattr(self, f.name) for f in fields(self)})
 
     @property
     def turns_kept(self) -> int | None:
@@ -133,31 +119,34 @@ _BOUNDS: dict[str, tuple[Callable[[Any, Any], bool], str]] = {
 }
 
 
-def setting_problem(metadata: Mapping[str, Any], value: Any) -> str | None:
-    """What `value` breaks of a setting's rules ("must be ..."), or None. NaN fails every
-    bound; a bool is no number to bound."""
-    choices = metadata.get("choices")
+def setting_problem(rules: Mapping[str, Any], value: Any) -> str | None:
+    """What `value` breaks of a setting's rules (`field_rules`: "must be ..."), or None. A
+    number must be finite, as every config value must; a bool is no number to bound."""
+    choices = rules.get("choices")
     if choices is not None and value not in choices:
         return f"must be one of {', '.join(choices)}"
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    bounds = [(ok, sign, metadata[r]) for r, (ok, sign) in _BOUNDS.items() if r in metadata]
-    finite = metadata.get("finite", False)
-    if all(ok(value, b) for ok, _, b in bounds) and not (finite and not math.isfinite(value)):
+    bounds = [(ok, sign, rules[r]) for r, (ok, sign) in _BOUNDS.items() if r in rules]
+    finite = math.isfinite(value)
+    if finite and all(ok(value, b) for ok, _, b in bounds):
         return None
     need = " and ".join(f"{sign} {b}" for _, sign, b in bounds)
-    return f"must be a finite number {need}".rstrip() if finite else f"must be {need}"
+    return f"must be {need}" if finite else f"must be a finite number {need}".rstrip()
 
 
 def check_settings(
-    values: Mapping[str, Any], spell: Callable[[str], str] = str, settings: type | None = None
+    values: Mapping[str, Any],
+    spell: Callable[[str], str] = str,
+    settings: type[ConfigSection] | None = None,
 ) -> None:
     """Raise a one-line UserError for the first value outside its setting's rules, naming
-    it as `spell(field name)` says (`--max-turns` for a flag, `rollout.max_turns` for the
-    config). `settings`: the dataclass whose fields hold the rules (`EpisodeSettings` by
-    default). Missing names are skipped, as are names that are not settings."""
-    for f in fields(settings or EpisodeSettings):
-        value = values.get(f.name)
-        problem = None if value is None else setting_problem(f.metadata, value)
+    it as `spell(field name)` says (`--max-turns` for a flag). `settings`: the section
+    whose fields hold the rules (`EpisodeSettings` by default). Missing names are skipped,
+    as are names that are not settings. Sections check themselves when built (naming the
+    config key); this is for values that arrive under another name, a command's flags."""
+    for name, info in (settings or EpisodeSettings).model_fields.items():
+        value = values.get(name)
+        problem = None if value is None else setting_problem(field_rules(info), value)
         if problem is not None:
-            raise UserError(f"{spell(f.name)} {problem}, got {value}")
+            raise UserError(f"{spell(name)} {problem}, got {value}")

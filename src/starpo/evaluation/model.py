@@ -26,7 +26,9 @@ NO_THINK_MAX_NEW_TOKENS = 64
 
 def default_max_new_tokens(think: bool) -> int:
     """The token budget of a turn when none is given: room to reason, or just to answer."""
-    return EpisodeSettings.max_new_tokens if think else NO_THINK_MAX_NEW_TOKENS
+    return (
+        EpisodeSettings.model_fields["max_new_tokens"].default if think else NO_THINK_MAX_NEW_TOKENS
+    )
 
 
 @dataclass

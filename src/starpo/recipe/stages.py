@@ -312,7 +312,9 @@ def run_recipe(
         wanted.update({f"rl-{name}": rl_made[name], f"rl-{name}-eval": rl_made[name]})
     check_kept_settings(out, wanted)
     settings = cfg.rollout.settings(temperature=cfg.trainer.val_temperature)
-    think_settings = replace(settings, think=True, max_new_tokens=recipe.base_think_tokens)
+    think_settings = settings.model_copy(
+        update={"think": True, "max_new_tokens": recipe.base_think_tokens}
+    )
     base = cfg.model.name
 
     def evaluation(

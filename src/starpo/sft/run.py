@@ -17,7 +17,6 @@ import json
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -263,11 +262,11 @@ def run_sft(
             "val_examples": len(val_idx),
             "val_seeds": sorted({examples[i].seed for i in val_idx}),
         },
-        "settings": asdict(settings),
+        "settings": settings.model_dump(),
         "actions_per_turn": actions_per_turn,
         "only_success": "auto" if only_success is None else only_success,
         "env_kwargs": dict(env_kwargs or {}),
-        "options": asdict(options),
+        "options": options.model_dump(),
         "device": device,
         "epochs": history,
         "seconds": {"replay": replay_seconds, "training": train_seconds},
