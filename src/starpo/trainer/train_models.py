@@ -13,7 +13,7 @@ from torch import nn
 from starpo.compute.activation_checkpointing import enable_gradient_checkpointing
 from starpo.compute.forward import gather_rows
 from starpo.compute.segments import shift_within_parts, split_parts
-from starpo.config import TrainConfig
+from starpo.config import LoraConfig, TrainConfig
 from starpo.errors import UserError
 from starpo.models.precision import Precision, apply_master_weights
 
@@ -64,14 +64,14 @@ class TrainModels:
     precision: Precision = field(default_factory=Precision)  # how every forward computes
 
 
-def apply_lora(module: nn.Module, cfg: TrainConfig, task_type: str | None) -> nn.Module:
-    """Wrap `module` with LoRA adapters on all linear layers (peft)."""
+def apply_lora(module: nn.Module, lora: LoraConfig, task_type: str | None) -> nn.Module:
+    """Wrap `module` with LoRA adapters (the config's `model.lora` section; peft)."""
     try:
-        from peft import LoraConfig, get_peft_model
+        from peft import LoraConfig as PeftLoraConfig
+        from peft import get_peft_model
     except ImportError as exc:  # pragma: no cover - peft is a dependency
         raise UserError("LoRA needs the peft package: pip install peft") from exc
-    lora = cfg.model.lora
-    config = LoraConfig(
+    config = PeftLoraConfig(
         r=lora.rank,
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
@@ -100,9 +100,9 @@ def build_models(
         reference = copy.deepcopy(actor).eval().requires_grad_(False)
         reference.to(precision.compute_dtype)  # frozen: bf16 storage is enough
     if lora:
-        actor = apply_lora(actor, cfg, "CAUSAL_LM")
+        actor = apply_lora(actor, cfg.model.lora, "CAUSAL_LM")
         if critic is not None:
-            critic.backbone = apply_lora(critic.backbone, cfg, None)
+            critic.backbone = apply_lora(critic.backbone, cfg.model.lora, None)
     if cfg.model.gradient_checkpointing:
         # Our own checkpointing, not transformers': that one works only in training mode.
         enable_gradient_checkpointing(actor)
