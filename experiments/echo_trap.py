@@ -12,7 +12,8 @@ only as its arm says:
 - `starpo-s`: the preset: top-25% groups by reward std, no KL, clip 0.2 / 0.28, GRPO;
 - `vanilla-grpo`: RAGEN's vanilla StarPO with GRPO: every group trained, KL 0.001 to the
   reference model, clip 0.2 / 0.2;
-- `vanilla-ppo`: the same with PPO: a critic and GAE instead of group-normalised returns.
+- `vanilla-ppo`: the same with PPO: a critic and GAE instead of group-normalised returns;
+- `starpo-s-rollback` (only with `--arms`): StarPO-S with `trainer.on_collapse=rollback`.
 
 Each arm makes one optimizer update per step (its mini-batch is all it trains: 16
 trajectories for StarPO-S, 64 for vanilla), so the arms differ in what the paper's StarPO-S
@@ -48,7 +49,11 @@ ARMS = {
     "starpo-s": [],
     "vanilla-grpo": [*VANILLA, "optim.mini_batch_size=64"],
     "vanilla-ppo": [*VANILLA, "algorithm.adv_estimator=gae", "optim.mini_batch_size=64"],
+    # StarPO-S that rolls back when the detector calls collapse (to the last checkpoint
+    # saved while it said healthy, at half the learning rate): does that rescue the run?
+    "starpo-s-rollback": ["trainer.on_collapse=rollback"],
 }
+PAPER_ARMS = ["starpo-s", "vanilla-grpo", "vanilla-ppo"]  # the default: RAGEN's comparison
 COMMON = ["trainer.stop_at_success=null", "trainer.save_every=5", "trainer.val_every=5"]
 
 
@@ -101,6 +106,7 @@ def summarise_run(folder: Path, env: str) -> dict:
         "first_alert_step": alerts[0]["step"] if alerts else None,
         "first_alert_rule": alerts[0].get("rule") if alerts else None,
         "detector_collapse_step": called[0] if called else None,
+        "rollbacks": int(last.get("diagnostics/rollbacks") or 0),
         "final_entropy": last.get("actor/entropy"),
         "final_in_group_std": last.get("rollout/in_group_std"),
         "steps": records[-1]["step"] if records else 0,
@@ -152,7 +158,7 @@ def summarise(out: Path, seeds: list[int]) -> dict:
 def print_table(results: dict) -> None:
     head = (
         f"{'collapse':>10}{'best':>8}{'final':>8}{'1st alert':>11}{'detector':>10}"
-        f"{'entropy':>9}{'steps':>7}{'min':>7}"
+        f"{'entropy':>9}{'rollbacks':>10}{'steps':>7}{'min':>7}"
     )
     print(f"\n{'run':<24}{head}")
     for name, r in results["rows"].items():
@@ -163,7 +169,8 @@ def print_table(results: dict) -> None:
         called = "-" if r["detector_collapse_step"] is None else str(r["detector_collapse_step"])
         entropy = "-" if r["final_entropy"] is None else f"{r['final_entropy']:.2f}"
         cells = f"{collapse:>10}{best:>8}{final:>8}{alert:>11}{called:>10}{entropy:>9}"
-        print(f"{name:<24}{cells}{r['steps']:>7}{r['train_minutes']:>7.1f}")
+        tail = f"{r.get('rollbacks', 0):>10}{r['steps']:>7}{r['train_minutes']:>7.1f}"
+        print(f"{name:<24}{cells}{tail}")
     for arm, m in results["medians"].items():
         print(
             f"{arm}: {m['collapsed']}/{m['runs']} lost 20+ points of their best (median step "
@@ -178,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("runs/echo-trap-bandit"))
     parser.add_argument("--steps", type=int, default=60, help="training steps of every run")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--arms", nargs="+", default=PAPER_ARMS, choices=list(ARMS))
     parser.add_argument("--summary-only", action="store_true", help="only sum up the runs")
     parser.add_argument(
         "--parallel", action="store_true", help="start every run at once (a GPU holds them all)"
