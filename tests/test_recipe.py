@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from starpo.config import load_config
 from starpo.errors import UserError
 from starpo.recipe import stages as recipe_module
 from starpo.recipe.methods import RECIPES, RecipeChoices, recipe_for
@@ -169,7 +170,12 @@ def test_recipe_flags_reach_the_stages_and_label_the_rows(tmp_path, stubbed, cap
         "SFT + GRPO (3 steps, 30.8 of 30 min)",
         "base, think",
     ]
-    assert results["settings"] == {
+    settings = results["settings"]
+    preset = load_config("cpu-sokoban-sft-starpo-s")  # what the SFT examples were made with
+    assert settings.pop("layout") == json.loads(json.dumps(preset.rollout.settings().layout()))
+    assert settings.pop("env_kwargs") == json.loads(json.dumps(dict(preset.env.kwargs)))
+    assert settings.pop("base_model") == preset.model.name
+    assert settings == {
         "sft_episodes": 400,
         "sft_epochs": 5,
         "sft_lr": 2e-4,
@@ -275,6 +281,39 @@ def test_stages_that_recorded_no_settings_are_taken_as_they_are(tmp_path):
     (tmp_path / "sft-eval" / "stage.json").write_text("{torn")
     wanted = {"sft_episodes": 400, "sft_epochs": 5, "sft_lr": 2e-4}
     check_kept_settings(tmp_path, {"sft": wanted, "sft-eval": wanted})  # no error
+
+
+@pytest.mark.parametrize(
+    "first, then, named",
+    [
+        (["rollout.format_every_turn=false"], [], "rollout settings"),
+        (["env.kwargs={is_slippery: false}"], [], "env.kwargs {is_slippery: false}"),
+    ],
+)
+def test_an_sft_model_laid_out_or_played_otherwise_is_not_reused(
+    tmp_path, stubbed, capsys, first, then, named
+):
+    # Was reused: the stage recorded its episodes, epochs and rate, not the layout of its
+    # examples or the env they were played on.
+    argv = ["--env", "frozenlake", "--out", str(tmp_path), "--eval-seeds", "3", "--no-base"]
+    assert main([*argv, *first]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["settings"]["layout"]["max_turns"] >= 1
+    assert main([*argv, *then]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"sft was made with {named}" in line and "delete sft, sft-eval" in line
+    assert stubbed["sft"] == [(200, 3, 2e-4)]  # not trained again
+    assert main([*argv, *first]) == 0  # the same settings resume
+
+
+def test_a_stage_recorded_before_the_layout_was_is_taken_as_it_is(tmp_path):
+    before = {"sft_episodes": 200, "sft_epochs": 3, "sft_lr": 2e-4}
+    (tmp_path / "sft").mkdir()
+    (tmp_path / "sft" / "stage.json").write_text(json.dumps({"minutes": 1, "settings": before}))
+    wanted = {**before, "base_model": "m", "env_kwargs": {}, "layout": {"max_turns": 5}}
+    check_kept_settings(tmp_path, {"sft": wanted})  # no error
+    with pytest.raises(UserError, match="made with --sft-epochs 3, not --sft-epochs 2"):
+        check_kept_settings(tmp_path, {"sft": {**wanted, "sft_epochs": 2}})
 
 
 def test_methods_train_from_the_same_sft_model_with_the_same_budget(tmp_path, stubbed, capsys):

@@ -20,22 +20,9 @@ from starpo.cli.args import (
     flag_name,
     parse_env_args,
 )
+from starpo.config.episode import LAYOUT_SETTINGS
 from starpo.errors import UserError
 
-#: The per-episode settings that shape an SFT example (the others, sampling and reward
-#: shaping, play no part in a replay).
-LAYOUT_SETTINGS = (
-    "max_turns",
-    "max_actions_per_turn",
-    "max_actions_per_traj",
-    "max_new_tokens",
-    "max_response_words",
-    "think",
-    "stop_at_answer",
-    "format_every_turn",
-    "context_window",
-    "context_turns",
-)
 DESCRIPTION = """\
 Supervised fine-tuning of a causal LM on agent trajectories, so a small model learns the
 turn format and a good policy before RL. Records (trajectories.jsonl files of `starpo eval`

@@ -18,6 +18,21 @@ from pydantic import ConfigDict
 from starpo.config.fields import ConfigSection, config_field, field_rules
 from starpo.errors import UserError
 
+#: The per-episode settings that shape a replayed (SFT) example; the others, sampling and
+#: reward shaping, play no part in a replay.
+LAYOUT_SETTINGS = (
+    "max_turns",
+    "max_actions_per_turn",
+    "max_actions_per_traj",
+    "max_new_tokens",
+    "max_response_words",
+    "think",
+    "stop_at_answer",
+    "format_every_turn",
+    "context_window",
+    "context_turns",
+)
+
 
 class EpisodeSettings(ConfigSection):
     """Limits and sampling of one episode: the one definition of these settings, with their
@@ -81,6 +96,10 @@ class EpisodeSettings(ConfigSection):
         "(the env's thread is abandoned) and training goes on. 0 = no limit.",
         ge=0.0,
     )
+
+    def layout(self) -> dict[str, Any]:
+        """The settings that shape a replayed (SFT) example, by name: `LAYOUT_SETTINGS`."""
+        return {name: getattr(self, name) for name in LAYOUT_SETTINGS}
 
     @property
     def turns_kept(self) -> int | None:

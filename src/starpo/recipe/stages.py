@@ -39,6 +39,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from starpo.config.fields import show
 from starpo.envs.policies import check_skill
 from starpo.errors import UserError
 from starpo.recipe.methods import (
@@ -70,7 +71,13 @@ FLAGS = {
     "eval_seeds": "--eval-seeds",
     "rl_minutes": "--rl-minutes",
     "rl_steps": "trainer.total_steps",
+    "base_model": "model.name",
+    "env_kwargs": "env.kwargs",
+    "layout": "rollout settings",
 }
+#: What the SFT stage records since 2026-12-04; a stage recorded before holds none of them
+#: and is taken as it is on these.
+LATER_KEYS = ("base_model", "env_kwargs", "layout")
 
 
 # ---------------------------------------------------------------------------- stages
@@ -175,11 +182,13 @@ def configure(
     return recipe, [*(QUICK if quick else []), *budget, *overrides]
 
 
-def sft_settings(recipe: Recipe) -> dict[str, Any]:
-    """What the SFT stage (and every stage after it) is made with. The source of its
-    episodes only when it is not the solver (folders made before it could be chosen
-    recorded none, and are solver-made)."""
-    made = {
+def sft_settings(recipe: Recipe, cfg: Any) -> dict[str, Any]:
+    """What the SFT stage (and every stage after it) is made with: its episodes, epochs and
+    rate, the base model, the env's arguments and the rollout settings that lay out its
+    examples (`cfg`: the RL preset's config). The source of its episodes only when it is
+    not the solver (folders made before it could be chosen recorded none, and are
+    solver-made)."""
+    made: dict[str, Any] = {
         "sft_episodes": recipe.sft_episodes,
         "sft_epochs": recipe.sft_epochs,
         "sft_lr": recipe.sft_lr,
@@ -188,14 +197,19 @@ def sft_settings(recipe: Recipe) -> dict[str, Any]:
         made["sft_from"] = recipe.sft_from
     if recipe.sft_from == "weak":
         made["weak_skill"] = recipe.weak_skill
-    return made
+    made["base_model"] = cfg.model.name
+    made["env_kwargs"] = dict(cfg.env.kwargs)
+    made["layout"] = cfg.rollout.settings().layout()
+    return json.loads(json.dumps(made))  # as stage.json keeps it (tuples as lists)
 
 
 def _show(key: str, value: Any) -> str:
     flag = FLAGS.get(key, key)
     if key == "sft_from":  # recorded only when not the solver (see sft_settings)
         return f"{flag} {value or 'solver'}"
-    return f"no {flag}" if value is None else f"{flag} {value:g}"
+    if value is None:
+        return f"no {flag}"
+    return f"{flag} {value:g}" if isinstance(value, (int, float)) else f"{flag} {show(value)}"
 
 
 def check_kept_settings(out: Path, wanted: dict[str, dict[str, Any]]) -> None:
@@ -206,11 +220,14 @@ def check_kept_settings(out: Path, wanted: dict[str, dict[str, Any]]) -> None:
     folders = list(wanted)
     for i, folder in enumerate(folders):
         kept = _kept_settings(out / folder)
-        if kept is None or kept == wanted[folder]:
+        if kept is None:
             continue
-        keys = [k for k in {**kept, **wanted[folder]} if kept.get(k) != wanted[folder].get(k)]
+        asking = {k: v for k, v in wanted[folder].items() if k in kept or k not in LATER_KEYS}
+        keys = [k for k in {**kept, **asking} if kept.get(k) != asking.get(k)]
+        if not keys:
+            continue
         made = ", ".join(_show(k, kept.get(k)) for k in keys)
-        asked = ", ".join(_show(k, wanted[folder].get(k)) for k in keys)
+        asked = ", ".join(_show(k, asking.get(k)) for k in keys)
         redo = ", ".join(folders[i:])
         raise UserError(
             f"{out / folder} was made with {made}, not {asked}: pass the same settings to "
@@ -302,7 +319,7 @@ def run_recipe(
     recipe, overrides = configure(env_id, choices, quick=quick, overrides=overrides)
     cfg = load_config(recipe.preset, overrides)
     sft_dir = out / "sft"
-    made = sft_settings(recipe)
+    made = sft_settings(recipe, cfg)
     rl_cfgs, rl_made, wanted = {}, {}, {"sft": made, "sft-eval": made}
     for name in methods:
         method_overrides = [*overrides, *METHODS[name].overrides, f"model.name={sft_dir}"]
