@@ -94,6 +94,9 @@ class Turn:
     # The first turn (1-based) whose state this turn's prompt showed: 1 = the whole dialogue
     # (`EpisodeSettings.context_window`).
     window_start: int = 1
+    # A tool-calling env's result of each call attempted (an invalid call's "Error: ..."),
+    # in order: what the agent reads in the next turn's `tool` messages.
+    tool_results: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -60,7 +60,21 @@ def _turn_summary(
     }
     if generation_seconds is not None:
         out["generation_tokens_per_s"] = ratio(generated, generation_seconds)
+    if any(turn.tool_results for turn in turns):
+        out.update(_tool_summary(turns))
     return out
+
+
+def _tool_summary(turns: list[Any]) -> dict[str, float]:
+    """A tool-calling env's calls: the share well formed (`tool_call_valid`: a JSON object
+    naming a tool, with arguments its schema accepts) and each tool's count of those."""
+    tried = sum(turn.num_valid + turn.num_invalid for turn in turns)
+    counts: dict[str, int] = defaultdict(int)
+    for turn in turns:
+        for call in turn.executed:
+            counts[json.loads(call).get("name", "?")] += 1
+    per_tool = {f"tool_calls/{name}": float(n) for name, n in sorted(counts.items())}
+    return {"tool_call_valid": ratio(sum(counts.values()), tried), **per_tool}
 
 
 def summarise(
@@ -77,8 +91,8 @@ def summarise(
     trajectories add train_reward (with format penalties), format_ok (share of turns),
     num_turns, mean_response_tokens and mean_think_tokens (per turn), generated_tokens,
     env_errors (episodes an env error ended), and with `generation_seconds` (time in the
-    generation backend)
-    generation_tokens_per_s.
+    generation backend) generation_tokens_per_s. Tool-calling envs add tool_call_valid
+    (well-formed calls / calls) and tool_calls/<tool> (well-formed calls of each tool).
     """
     n = len(episodes)
     successes = sum(e.success for e in episodes)

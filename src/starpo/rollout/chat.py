@@ -14,6 +14,7 @@ from typing import Any
 from starpo.errors import UserError
 
 _S, _U, _A, _N = "SYSTEMMARK", "USERMARK", "ASSISTANTMARK", "NEXTUSERMARK"
+_T1, _T2 = "TOOLRESULTONE", "TOOLRESULTTWO"
 
 
 @dataclass(frozen=True)
@@ -27,21 +28,28 @@ class TemplatePieces:
     assistant_to_user: str  # "<|im_start|>user\n"
 
 
-def _render(tokenizer: Any, contents: list[tuple[str, str]], generation_prompt: bool) -> str:
+def _render(
+    tokenizer: Any,
+    contents: list[tuple[str, str]],
+    generation_prompt: bool,
+    tools: list[dict[str, Any]] | None = None,
+) -> str:
     messages = [{"role": role, "content": content} for role, content in contents]
+    extra = {"tools": tools} if tools else {}
     return tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=generation_prompt
+        messages, tokenize=False, add_generation_prompt=generation_prompt, **extra
     )
 
 
-def read_template(tokenizer: Any) -> TemplatePieces:
-    """Split the tokenizer's chat template into the pieces between message contents."""
+def read_template(tokenizer: Any, tools: list[dict[str, Any]] | None = None) -> TemplatePieces:
+    """Split the tokenizer's chat template into the pieces between message contents (with
+    `tools`: as the template lays out a dialogue that declares them)."""
     if not getattr(tokenizer, "chat_template", None):
         raise UserError("the tokenizer has no chat template; use a chat (instruct) model")
     opening = [("system", _S), ("user", _U)]
-    prompt = _render(tokenizer, opening, True)
-    with_answer = _render(tokenizer, [*opening, ("assistant", _A)], False)
-    next_prompt = _render(tokenizer, [*opening, ("assistant", _A), ("user", _N)], True)
+    prompt = _render(tokenizer, opening, True, tools)
+    with_answer = _render(tokenizer, [*opening, ("assistant", _A)], False, tools)
+    next_prompt = _render(tokenizer, [*opening, ("assistant", _A), ("user", _N)], True, tools)
     try:
         before_system, rest = prompt.split(_S)
         system_to_user, user_to_assistant = rest.split(_U)
@@ -61,12 +69,71 @@ def read_template(tokenizer: Any) -> TemplatePieces:
     )
 
 
+@dataclass(frozen=True)
+class ToolPieces:
+    """Text around tool results after an agent turn (ChatML: "<|im_start|>tool\n",
+    "<|im_end|>\n<|im_start|>tool\n", "<|im_end|>\n<|im_start|>assistant\n"). `native`:
+    the template lays out the tools itself (`apply_chat_template(tools=...)`, e.g. Qwen2.5);
+    otherwise the system message must describe them (`prompts.tools_block`)."""
+
+    assistant_to_tool: str
+    tool_to_tool: str
+    tool_to_assistant: str
+    native: bool
+
+
+#: Tool results sent as a user message, for a template that renders no `tool` role.
+_USER_RESULTS = ("<tool_response>\n", "\n</tool_response>\n<tool_response>\n", "\n</tool_response>")
+
+
+def _tool_split(tokenizer: Any, tools: list[dict[str, Any]] | None) -> tuple[str, ...] | None:
+    """(assistant_to_tool, tool_to_tool, tool_to_assistant) as the template renders one and
+    two `tool` messages after an agent turn; None when it renders them otherwise (drops,
+    refuses or reorders them)."""
+    opening = [("system", _S), ("user", _U), ("assistant", _A)]
+    try:
+        with_answer = _render(tokenizer, opening, False, tools)
+        two = _render(tokenizer, [*opening, ("tool", _T1), ("tool", _T2)], True, tools)
+        one = _render(tokenizer, [*opening, ("tool", _T1)], True, tools)
+        to_tool, rest = two[len(with_answer) :].split(_T1)
+        between, to_assistant = rest.split(_T2)
+    except Exception:  # noqa: BLE001 - a template may raise on a role it does not know
+        return None
+    consistent = two.startswith(with_answer) and one == with_answer + to_tool + _T1 + to_assistant
+    return (to_tool, between, to_assistant) if consistent else None
+
+
+def read_tool_pieces(tokenizer: Any, tools: list[dict[str, Any]]) -> ToolPieces:
+    """How tool results follow an agent turn in this tokenizer's template. A template that
+    uses `tools` lays them out natively; one that renders no `tool` role gets the results
+    as a user message of `<tool_response>` blocks."""
+    native = _render(tokenizer, [("system", _S), ("user", _U)], True, tools) != _render(
+        tokenizer, [("system", _S), ("user", _U)], True
+    )
+    split = _tool_split(tokenizer, tools if native else None)
+    if split is None:
+        pieces = read_template(tokenizer, tools if native else None)
+        opening, between, closing = _USER_RESULTS
+        split = (
+            pieces.assistant_to_user + opening,
+            between,
+            closing + pieces.user_to_assistant,
+        )
+    return ToolPieces(*split, native=native)
+
+
 class ChatTokens:
     """The token chunks fed to the policy at each turn."""
 
-    def __init__(self, tokenizer: Any, generation_prefix: str) -> None:
+    def __init__(
+        self, tokenizer: Any, generation_prefix: str, tools: list[dict[str, Any]] | None = None
+    ) -> None:
+        """`tools`: the OpenAI function schemas of a tool-calling env (results then follow
+        an agent turn as `tool` messages: `tool_results`)."""
         self.tokenizer = tokenizer
-        self.pieces = read_template(tokenizer)
+        self.tools = read_tool_pieces(tokenizer, tools) if tools else None
+        native = self.tools is not None and self.tools.native
+        self.pieces = read_template(tokenizer, tools if native else None)
         self.generation_prefix = generation_prefix
 
     def encode(self, text: str) -> list[int]:
@@ -93,4 +160,17 @@ class ChatTokens:
             end = end[len(stop_text) :]
         return self.encode(
             f"{end}{p.assistant_to_user}{user}{p.user_to_assistant}{self.generation_prefix}"
+        )
+
+    def tool_results(self, results: list[str], stop_text: str = "") -> list[int]:
+        """The chunk after a tool-calling turn: the turn's end, one `tool` message per
+        result, the generation prompt (`stop_text` as in `next_turn`)."""
+        if self.tools is None:
+            raise ValueError("tool_results needs ChatTokens(..., tools=...)")
+        t, end = self.tools, self.pieces.assistant_end
+        if stop_text and end.startswith(stop_text):
+            end = end[len(stop_text) :]
+        body = t.tool_to_tool.join(results)
+        return self.encode(
+            f"{end}{t.assistant_to_tool}{body}{t.tool_to_assistant}{self.generation_prefix}"
         )

@@ -10,13 +10,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Protocol
 
 from starpo.config.episode import EpisodeSettings
 from starpo.envs import TextEnv, make
 from starpo.envs.base import state_digest
+from starpo.envs.tools import is_tool_env
+from starpo.errors import UserError
 from starpo.rollout import prompts
 from starpo.rollout.backends.base import (
     Generation,
@@ -25,7 +27,7 @@ from starpo.rollout.backends.base import (
     SamplingParams,
 )
 from starpo.rollout.chat import ChatTokens
-from starpo.rollout.parser import parse_turn
+from starpo.rollout.parser import parse_tool_turn, parse_turn
 from starpo.types import Trajectory, Turn
 
 ANSWER_CLOSE_VARIANTS = ("</answer>", " </answer>")
@@ -121,6 +123,8 @@ class _Episode:
     users: list[str] = field(default_factory=list)
     replies: list[list[int]] = field(default_factory=list)
     stops: list[str] = field(default_factory=list)
+    # A tool-calling env's results of the last turn's calls, fed back as `tool` messages.
+    tool_results: list[str] = field(default_factory=list)
 
 
 class RolloutEngine:
@@ -133,20 +137,23 @@ class RolloutEngine:
 
         self.settings = settings
         self.prefix = prompts.generation_prefix(settings.think)
-        self.chat = ChatTokens(tokenizer, self.prefix)
+        self.chat = self.answer_chat = ChatTokens(tokenizer, self.prefix)
         self.generation_seconds = 0.0  # time spent in the backend, summed over runs
         stops = (
             tuple(tuple(self.chat.encode(text)) for text in ANSWER_CLOSE_VARIANTS)
             if settings.stop_at_answer
             else ()
         )
-        self.params = SamplingParams(
+        self.params = self.answer_params = SamplingParams(
             max_new_tokens=settings.max_new_tokens,
             temperature=settings.temperature,
             top_p=settings.top_p,
             stop_token_ids=tuple(stop_token_ids(tokenizer)),
             stop_sequences=stops,
         )
+        # A tool-calling env's schemas -> its chat pieces (see `_use_env`).
+        self._tool_chats: dict[str, ChatTokens] = {}
+        self.tool_schemas: list[dict[str, Any]] | None = None
 
     def run(
         self,
@@ -160,9 +167,37 @@ class RolloutEngine:
         """Play `group_size` episodes from each seed (one env group per seed)."""
         episodes = self._start(env_id, seeds, group_size, env_kwargs or {})
         try:
+            self._use_env(episodes[0].env if episodes else None)
             return self._play_turns(episodes, on_turn)
         finally:
             close_envs(episodes, self.settings.env_timeout_s)
+
+    def _use_env(self, env: TextEnv | None) -> None:
+        """Chat pieces and sampling for this run's env: a tool-calling env's turns end at
+        the end of the reply (several calls may follow each other), and its results come
+        back as `tool` messages."""
+        if env is None or not is_tool_env(env):
+            self.chat, self.params, self.tool_schemas = self.answer_chat, self.answer_params, None
+            return
+        if self.settings.context_window != "full":
+            raise UserError(
+                "a tool-calling env needs the whole dialogue in each prompt; set "
+                "rollout.context_window=full"
+            )
+        schemas = env.tool_schemas()
+        key = repr(schemas)
+        if key not in self._tool_chats:
+            self._tool_chats[key] = ChatTokens(self.tokenizer, self.prefix, tools=schemas)
+        self.chat, self.tool_schemas = self._tool_chats[key], schemas
+        self.params = replace(self.answer_params, stop_sequences=())
+
+    @property
+    def system_prompt(self) -> str:
+        """The system message of this run's episodes (with the tools of a tool env)."""
+        if self.tool_schemas is None:
+            return prompts.SYSTEM_PROMPT
+        native = self.chat.tools is not None and self.chat.tools.native
+        return prompts.tool_system_prompt(self.tool_schemas, native=native)
 
     def _play_turns(
         self, episodes: list[_Episode], on_turn: Callable[[int], None] | None
@@ -225,9 +260,11 @@ class RolloutEngine:
         tokens: the next chunk of the dialogue, or the whole prompt of a context window
         that dropped a turn (`EpisodeSettings.context_window`)."""
         s, traj = self.settings, episode.trajectory
+        if turn > 1 and episode.tool_results:
+            return self._observe_tool_results(episode, turn)
         user = self._user_turn(episode, turn)
         if turn == 1:
-            ids = self.chat.first_prompt(prompts.SYSTEM_PROMPT, user)
+            ids = self.chat.first_prompt(self.system_prompt, user)
         elif s.rebuilds(turn):
             traj.context_resets.append(len(traj.token_ids))
             ids = self._window_prompt(episode, s.window_start(turn), turn)
@@ -239,6 +276,19 @@ class RolloutEngine:
         episode.turn = turn
         return ids
 
+    def _observe_tool_results(self, episode: _Episode, turn: int) -> list[int]:
+        """The last turn's tool results as `tool` messages, fed before this turn's reply."""
+        traj, results = episode.trajectory, episode.tool_results
+        episode.views.append((episode.state, self._actions_left(episode)))
+        traj.messages.extend({"role": "tool", "content": result} for result in results)
+        ids = self.chat.tool_results(results, episode.stop_text)
+        traj.token_ids.extend(ids)
+        traj.loss_mask.extend([0] * len(ids))
+        traj.logprobs.extend([0.0] * len(ids))
+        episode.users.append("")  # no user message this turn
+        episode.turn = turn
+        return ids
+
     def _user_turn(self, episode: _Episode, turn: int) -> str:
         """This turn's user message, recorded in the episode and its trajectory's messages
         (after the system prompt on turn 1)."""
@@ -246,7 +296,14 @@ class RolloutEngine:
         episode.views.append((episode.state, self._actions_left(episode)))
         if turn == 1:
             user = self._opening(episode, 1)
-            traj.messages.append({"role": "system", "content": prompts.SYSTEM_PROMPT})
+            traj.messages.append({"role": "system", "content": self.system_prompt})
+        elif self.tool_schemas is not None:  # the last turn made no well-formed call
+            user = prompts.no_call_message(
+                think=s.think,
+                max_response_words=s.max_response_words,
+                max_calls=s.max_actions_per_turn,
+                calls_left=self._actions_left(episode),
+            )
         else:
             user = prompts.next_user_message(
                 turn,
@@ -266,6 +323,15 @@ class RolloutEngine:
         turn's state (no reward line: the turn it rewards is not shown)."""
         s = self.settings
         state, actions_left = episode.views[turn - 1]
+        if self.tool_schemas is not None:
+            return prompts.tool_task_message(
+                episode.env,
+                state,
+                max_calls=s.max_actions_per_turn,
+                calls_left=actions_left,
+                think=s.think,
+                max_response_words=s.max_response_words,
+            )
         return prompts.first_user_message(
             episode.env,
             state,
@@ -319,7 +385,10 @@ class RolloutEngine:
         """Parse a reply's text (with the generation prefix), step the env with its actions,
         score the turn and record it: the part of a turn that needs no tokens."""
         s, traj = self.settings, episode.trajectory
-        parsed = parse_turn(text, think=s.think, max_actions=s.max_actions_per_turn)
+        if is_tool_env(episode.env):
+            parsed = parse_tool_turn(text, think=s.think, max_calls=s.max_actions_per_turn)
+        else:
+            parsed = parse_turn(text, think=s.think, max_actions=s.max_actions_per_turn)
         turn = Turn(
             state=episode.state,
             response=text,
@@ -335,6 +404,7 @@ class RolloutEngine:
             state_key=episode.state_key,
             window_start=s.window_start(episode.turn),
         )
+        episode.tool_results = []
         env_done = self._execute(episode, turn, list(parsed.actions))
         penalty = s.format_penalty if (not parsed.format_ok or turn.num_invalid) else 0.0
         turn.format_penalty = penalty
@@ -376,6 +446,9 @@ class RolloutEngine:
             state, reward, terminated, truncated, info = outcome
             episode.state, episode.state_key = state, key
             turn.env_reward += reward
+            if "tool_result" in info:  # a tool-calling env: the agent reads it next turn
+                episode.tool_results.append(str(info["tool_result"]))
+                turn.tool_results.append(str(info["tool_result"]))
             if info["action_is_valid"]:
                 episode.actions_used += 1
                 turn.num_valid += 1

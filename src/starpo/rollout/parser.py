@@ -56,3 +56,46 @@ def parse_turn(text: str, *, think: bool = True, max_actions: int = 5) -> Parsed
         format_ok=bool(kept),
         num_dropped_actions=len(actions) - len(kept),
     )
+
+
+# ------------------------------------------------------------------ tool-calling turns
+#: A tool-calling turn: `<think>...</think>` (when thinking is on), then one or more
+#: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks, nothing else.
+TOOL_TAGS = ("<tool_call>", "</tool_call>")
+_TOOL_CALL = re.compile(r"\s*<tool_call>(.*?)</tool_call>\s*", re.DOTALL)
+_THINK_REST = re.compile(r"\s*<think>(.*?)</think>(.*)", re.DOTALL)
+
+
+def parse_tool_turn(text: str, *, think: bool = True, max_calls: int = 5) -> ParsedTurn:
+    """Parse a tool-calling turn: its reasoning and the text of each call (judged by the env,
+    which reads the JSON: a call that is not valid JSON is an invalid action, not a broken
+    format). Never raises; anything but the structure above is malformed."""
+    if not isinstance(text, str):
+        return MALFORMED
+    thought, rest = "", text
+    if think:
+        match = _THINK_REST.fullmatch(text)
+        if match is None:
+            return MALFORMED
+        thought, rest = match.groups()
+        if any(tag in thought for tag in (*TAGS, *TOOL_TAGS)):
+            return MALFORMED
+    calls, position = [], 0
+    while position < len(rest):
+        match = _TOOL_CALL.match(rest, position)
+        if match is None:
+            return MALFORMED  # text outside the call blocks
+        body = match.group(1)
+        if any(tag in body for tag in (*TAGS, *TOOL_TAGS)):
+            return MALFORMED
+        calls.append(body.strip())
+        position = match.end()
+    if not calls:
+        return ParsedTurn(think=thought.strip(), actions=(), format_ok=False)
+    kept = tuple(calls[: max(max_calls, 0)])
+    return ParsedTurn(
+        think=thought.strip(),
+        actions=kept,
+        format_ok=bool(kept),
+        num_dropped_actions=len(calls) - len(kept),
+    )

@@ -16,6 +16,9 @@ The two numbers are the limits the rollout engine enforces:
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from starpo.envs import TextEnv
 
 SYSTEM_PROMPT = "You're a helpful assistant."
@@ -113,3 +116,61 @@ def next_user_message(
 def generation_prefix(think: bool) -> str:
     """Text the prompt ends with, so the agent starts inside the right block."""
     return "<think>" if think else "<answer>"
+
+
+# ------------------------------------------------------------------ tool-calling envs
+#: How the agent writes one call (the documented rendering, and Qwen2.5's own).
+TOOL_CALL_SHAPE = '<tool_call>{"name": [tool name], "arguments": {[arguments]}}</tool_call>'
+
+
+def tools_block(schemas: list[dict[str, Any]]) -> str:
+    """The tools, described in the system message for a chat template that does not lay
+    them out itself (`ChatTokens.tools.native` false, e.g. SmolLM2's): one JSON schema a
+    line, and how to call them."""
+    lines = "\n".join(json.dumps(schema, ensure_ascii=False) for schema in schemas)
+    return (
+        "You can call tools. Their signatures are JSON schemas within <tools></tools>:\n"
+        f"<tools>\n{lines}\n</tools>\nCall a tool by writing {TOOL_CALL_SHAPE}; each "
+        "result comes back in the next message."
+    )
+
+
+def tool_system_prompt(schemas: list[dict[str, Any]], *, native: bool) -> str:
+    """The system message of a tool-calling episode (a native template adds the tools)."""
+    return SYSTEM_PROMPT if native else f"{SYSTEM_PROMPT}\n{tools_block(schemas)}"
+
+
+def tool_format_instruction(*, think: bool, max_response_words: int, max_calls: int) -> str:
+    """The output-format reminder of a tool-calling turn."""
+    shape = f"<think> [Your thoughts] </think> {TOOL_CALL_SHAPE}" if think else TOOL_CALL_SHAPE
+    return (
+        f"Always output: {shape} with no extra text, up to {max_calls} tool calls a turn. "
+        f"Max response length: {max_response_words} words (tokens)."
+    )
+
+
+def tool_task_message(
+    env: TextEnv,
+    case: str,
+    *,
+    max_calls: int,
+    calls_left: int,
+    think: bool,
+    max_response_words: int,
+) -> str:
+    """The opening user message of a tool-calling episode: the task, the case (the env's
+    observation), the budget and the format."""
+    reminder = tool_format_instruction(
+        think=think, max_response_words=max_response_words, max_calls=max_calls
+    )
+    return f"{env.instruction}\n{case}\nYou have {calls_left} tool calls left. {reminder}"
+
+
+def no_call_message(
+    *, think: bool, max_response_words: int, max_calls: int, calls_left: int
+) -> str:
+    """The user message after a turn that made no well-formed tool call."""
+    reminder = tool_format_instruction(
+        think=think, max_response_words=max_response_words, max_calls=max_calls
+    )
+    return f"Your reply made no tool call. You have {calls_left} tool calls left. {reminder}"

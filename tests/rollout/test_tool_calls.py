@@ -1,0 +1,284 @@
+"""Tool-calling turns through the rollout engine: calls parsed out of the reply, results fed
+back as `tool` messages token for token, malformed calls penalised and explained, and the
+chat pieces of templates with and without their own tool layout."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from starpo.envs import register
+from starpo.envs.checker import check_env
+from starpo.envs.tools import Tool, ToolEnv, ToolError, call_text
+from starpo.errors import UserError
+from starpo.models import load_tokenizer
+from starpo.rollout.chat import ChatTokens, read_tool_pieces
+from starpo.rollout.engine import EpisodeSettings, RolloutEngine
+from starpo.rollout.parser import parse_tool_turn
+
+
+class LedgerEnv(ToolEnv):
+    """Move the case's amount from one account to another, then submit."""
+
+    instruction = "Move the amount the note asks for, then submit."
+    reward_range = (0.0, 1.0)
+    tools = (
+        Tool(
+            "get_balance",
+            "An account's balance.",
+            {
+                "type": "object",
+                "properties": {"account": {"type": "string"}},
+                "required": ["account"],
+            },
+        ),
+        Tool(
+            "transfer",
+            "Move an amount between accounts.",
+            {
+                "type": "object",
+                "properties": {
+                    "source": {"type": "string"},
+                    "target": {"type": "string"},
+                    "amount": {"type": "number", "minimum": 0},
+                },
+                "required": ["source", "target", "amount"],
+            },
+        ),
+        Tool("submit", "Finish.", ends_episode=True),
+    )
+
+    def __init__(self, max_steps: int = 6) -> None:
+        super().__init__(max_steps)
+        self.accounts: dict[str, float] = {}
+
+    def _reset(self, options: dict[str, Any]) -> dict[str, Any]:
+        self.amount = float(self.np_random.integers(1, 50))
+        self.accounts = {"A": 100.0, "B": 0.0}
+        self.submitted = False
+        return {}
+
+    def render(self) -> str:
+        return f"Note: move {self.amount:g} from A to B."
+
+    def snapshot(self) -> Any:
+        return json.dumps([self.accounts, self.submitted], sort_keys=True)
+
+    def state_key(self) -> Any:
+        return self.snapshot()
+
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        if name == "submit":
+            self.submitted = True
+            return "submitted"
+        for account in (arguments.get("account"), arguments.get("source"), arguments.get("target")):
+            if account is not None and account not in self.accounts:
+                raise ToolError(f"no account {account}")
+        if name == "get_balance":
+            return json.dumps({"balance": self.accounts[arguments["account"]]})
+        self.accounts[arguments["source"]] -= arguments["amount"]
+        self.accounts[arguments["target"]] += arguments["amount"]
+        return json.dumps(self.accounts)
+
+    def final_reward(self) -> float:
+        return float(self.accounts == {"A": 100.0 - self.amount, "B": self.amount})
+
+    def is_success(self) -> bool:
+        return self.submitted and self.final_reward() == 1.0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ledger():
+    register("test-ledger", LedgerEnv, overwrite=True)
+
+
+def _engine(backend, tokenizer, **kwargs):
+    settings = EpisodeSettings(max_turns=4, max_actions_per_turn=3, **kwargs)
+    return RolloutEngine(backend, tokenizer, settings)
+
+
+def _gold(amount: float) -> str:
+    move = call_text("transfer", {"source": "A", "target": "B", "amount": amount})
+    return f"<tool_call>{move}</tool_call>"
+
+
+def test_the_toy_env_passes_the_checker():
+    check_env(LedgerEnv())
+
+
+def test_gold_calls_play_through_tool_messages_token_for_token(scripted_backend):
+    tokenizer = load_tokenizer()
+    amounts = {}
+
+    def script(session: int, turn: int) -> str:
+        if turn == 1:
+            look = call_text("get_balance", {"account": "A"})
+            return f" check A </think><tool_call>{look}</tool_call><|im_end|>"
+        if turn == 2:
+            return f" move it </think>{_gold(amounts[session])}<|im_end|>"
+        return f" done </think><tool_call>{call_text('submit', {})}</tool_call><|im_end|>"
+
+    for seed in (3, 4):
+        env = LedgerEnv()
+        env.reset(seed=seed)
+        amounts[seed - 3] = env.amount
+    backend = scripted_backend(tokenizer, script)
+    trajectories = _engine(backend, tokenizer).run("test-ledger", [3, 4], group_size=1)
+    for traj in trajectories:
+        assert traj.success and traj.done and len(traj.turns) == 3
+        assert traj.env_reward == 1.0 and traj.reward == 1.0
+        assert [t.num_valid for t in traj.turns] == [1, 1, 1]
+        assert traj.turns[0].tool_results == ['{"balance": 100.0}']
+        roles = [m["role"] for m in traj.messages]
+        assert roles == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant"]
+        assert '"name": "transfer"' in traj.messages[0]["content"]  # tools in the system text
+        # Token in, token out: the dialogue is exactly what the template renders.
+        rendered = tokenizer.apply_chat_template(traj.messages, tokenize=False)
+        assert tokenizer.decode(traj.token_ids) == rendered.rstrip("\n")
+        masked = [t for t, m in zip(traj.token_ids, traj.loss_mask, strict=True) if m]
+        assert tokenizer.decode(masked).count("<tool_call>") == 3
+        assert "<|im_start|>tool" not in tokenizer.decode(masked)
+
+
+def test_bad_calls_are_invalid_explained_and_penalised(scripted_backend):
+    tokenizer = load_tokenizer()
+    replies = {
+        1: " x </think><tool_call>{not json}</tool_call><tool_call>"
+        + call_text("wire", {})
+        + "</tool_call><|im_end|>",
+        2: " x </think>I will transfer now.<|im_end|>",
+        3: " x </think><tool_call>"
+        + call_text("transfer", {"source": "A", "target": "Z", "amount": 1})
+        + "</tool_call><|im_end|>",
+    }
+    backend = scripted_backend(tokenizer, lambda s, t: replies.get(t, replies[2]))
+    (traj,) = _engine(backend, tokenizer).run("test-ledger", [1], group_size=1)
+    first, second, third = traj.turns[:3]
+    assert first.format_ok and first.num_invalid == 2 and first.reward == pytest.approx(-0.1)
+    assert first.tool_results[0].startswith("Error: the call is not valid JSON")
+    assert first.tool_results[1].startswith('Error: unknown tool "wire"')
+    assert not second.format_ok and second.tool_results == []
+    assert [m["role"] for m in traj.messages[3:7]] == ["tool", "tool", "assistant", "user"]
+    assert "made no tool call" in traj.messages[6]["content"]
+    # A well-formed call the case cannot serve: valid (uses a call), changes nothing.
+    assert third.num_valid == 1 and third.num_effective == 0
+    assert third.tool_results == ["Error: no account Z"]
+    assert not traj.success
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=st.text(max_size=80))
+def test_any_call_text_is_judged_never_raised(body):
+    env = LedgerEnv()
+    env.reset(seed=0)
+    before = env.snapshot()
+    parsed = parse_tool_turn(f"x</think><tool_call>{body}</tool_call>", think=True)
+    for action in parsed.actions:
+        _, reward, _, _, info = env.step(action)
+        if not info["action_is_valid"]:
+            assert info["tool_result"].startswith("Error: ") and env.snapshot() == before
+            assert reward == 0.0
+
+
+def test_a_tool_env_refuses_a_context_window_that_drops_turns(scripted_backend):
+    tokenizer = load_tokenizer()
+    backend = scripted_backend(tokenizer, lambda s, t: "<|im_end|>")
+    engine = _engine(backend, tokenizer, context_window="last_k")
+    with pytest.raises(UserError, match="context_window=full"):
+        engine.run("test-ledger", [0], group_size=1)
+
+
+def test_the_same_engine_goes_back_to_answers_after_a_tool_env(scripted_backend):
+    tokenizer = load_tokenizer()
+    backend = scripted_backend(tokenizer, lambda s, t: " x </think><answer>Up</answer>")
+    engine = _engine(backend, tokenizer)
+    engine.run("test-ledger", [0], group_size=1)
+    (traj,) = engine.run("sokoban", [10000], group_size=1)
+    assert traj.messages[0]["content"] == "You're a helpful assistant."
+    assert engine.params.stop_sequences  # </answer> again
+
+
+# Laid out as Qwen2.5's template does (tools in the system message, results as user turns
+# of <tool_response> blocks); text as expressions, since HF's jinja trims block newlines.
+QWEN_LIKE = (
+    "{%- if tools %}{{ '<|im_start|>system\\n' + messages[0].content + '\\n# Tools\\n<tools>' }}"
+    "{%- for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{%- endfor %}"
+    "{{ '\\n</tools><|im_end|>\\n' }}"
+    "{%- else %}{{ '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages[1:] %}"
+    "{%- if message.role == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0].role != 'tool' %}{{ '<|im_start|>user' }}"
+    "{%- endif %}{{ '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 2].role != 'tool' %}{{ '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- else %}{{ '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+SCHEMAS = LedgerEnv.tool_schemas()
+
+
+def test_a_template_that_lays_out_tools_itself_is_used_natively():
+    tokenizer = load_tokenizer()
+    tokenizer.chat_template = QWEN_LIKE
+    pieces = read_tool_pieces(tokenizer, SCHEMAS)
+    assert pieces.native
+    assert pieces.assistant_to_tool == "<|im_start|>user\n<tool_response>\n"
+    assert pieces.tool_to_assistant == "\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    chat = ChatTokens(tokenizer, "<think>", tools=SCHEMAS)
+    assert "# Tools" in tokenizer.decode(chat.first_prompt("S", "U"))
+
+
+def test_a_template_without_a_tool_role_gets_results_as_a_user_message():
+    tokenizer = load_tokenizer()
+    tokenizer.chat_template = (
+        "{% for m in messages %}{% if m.role not in ['system', 'user', 'assistant'] %}"
+        "{{ raise_exception('unknown role') }}{% endif %}"
+        "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    chat = ChatTokens(tokenizer, "<think>", tools=SCHEMAS)
+    assert not chat.tools.native
+    text = tokenizer.decode(chat.tool_results(["R1", "R2"], "<|im_end|>"))
+    assert text == (
+        "\n<|im_start|>user\n<tool_response>\nR1\n</tool_response>\n<tool_response>\nR2\n"
+        "</tool_response><|im_end|>\n<|im_start|>assistant\n<think>"
+    )
+
+
+def test_the_summary_counts_well_formed_calls_per_tool(scripted_backend):
+    from starpo.evaluation.summary import summarise
+
+    tokenizer = load_tokenizer()
+    look = call_text("get_balance", {"account": "A"})
+    reply = f" x </think><tool_call>{look}</tool_call><tool_call>oops</tool_call><|im_end|>"
+    backend = scripted_backend(tokenizer, lambda s, t: reply)
+    trajectories = _engine(backend, tokenizer).run("test-ledger", [0, 1], group_size=2)
+    summary = summarise(trajectories)
+    assert summary["tool_call_valid"] == pytest.approx(0.5)
+    assert summary["tool_calls/get_balance"] == 4 * 4  # 4 episodes x 4 turns x 1 good call
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    ['{"account": "\\ud800"}', '{"account": 5, "x": "\\udfff"}', '{"account": "\\ud800\\u00e9"}'],
+)
+def test_calls_with_text_no_record_can_hold_are_invalid(arguments):
+    # A lone surrogate (valid JSON escape, no valid Unicode) would have crashed the writing
+    # of the trajectory record, in the call's label or in the error quoting it.
+    env = LedgerEnv()
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(f'{{"name": "get_balance", "arguments": {arguments}}}')
+    assert not info["action_is_valid"]
+    json.dumps(info, ensure_ascii=False).encode("utf-8")  # a record can be written
+
+
+def test_whole_numbers_reach_an_integer_argument_as_integers():
+    from starpo.envs.tools import read_call
+
+    tool = Tool("page", "A page.", {"type": "object", "properties": {"n": {"type": "integer"}}})
+    assert read_call('{"name": "page", "arguments": {"n": 3.0}}', [tool]).arguments == {"n": 3}
