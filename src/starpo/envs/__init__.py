@@ -113,6 +113,18 @@ register(
     description="2048 on a 3x3 board: merge tiles up to 64 within 80 moves.",
 )
 register(
+    "invoice",
+    "starpo.envs.invoice.env:InvoiceEnv",
+    description="Accounts payable: process an incoming invoice against the company's vendors, "
+    "purchase orders and receipts with tool calls; scored by the final database state.",
+)
+register(
+    "support",
+    "starpo.envs.support.env:SupportEnv",
+    description="Customer support: resolve a customer's request within the written policy "
+    "with tool calls and a scripted customer; scored by the final database state.",
+)
+register(
     "openenv",
     "starpo.envs.openenv_remote:OpenEnvEnv",
     description="An OpenEnv environment server, one session per episode "
