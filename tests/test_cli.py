@@ -128,6 +128,24 @@ def test_play_reads_actions_from_stdin():
     assert "SUCCESS" in result.stdout
 
 
+def test_play_takes_typed_tool_calls_and_shows_each_result():
+    from starpo.envs import make
+
+    env = make("invoice")
+    env.reset(seed=5)
+    lines = ["nonsense {}", "search_vendors {broken"]
+    while not env.done:  # the gold calls, typed as NAME {JSON arguments}
+        call = json.loads(env.optimal_action())
+        lines.append(f"{call['name']} {json.dumps(call['arguments'])}")
+        env.step(env.optimal_action())
+    result = starpo("play", "invoice", "--seed", "5", stdin="\n".join(lines) + "\n")
+    assert result.returncode == 0, result.stderr
+    assert 'Error: unknown tool "nonsense"' in result.stdout
+    assert "Error: the call is not valid JSON" in result.stdout
+    assert "search_vendors(name)" in result.stdout  # the tools, listed with their arguments
+    assert "SUCCESS" in result.stdout
+
+
 def test_play_quits_on_eof():
     result = starpo("play", "sokoban", "--seed", "3", stdin="up\n")
     assert result.returncode == 0

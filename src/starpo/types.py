@@ -23,6 +23,9 @@ class EnvStep:
     truncated: bool
     action_is_valid: bool
     action_is_effective: bool
+    # A tool-calling env's result of the call (`info["tool_result"]`); None for other envs
+    # and older records.
+    tool_result: str | None = None
 
 
 @dataclass

@@ -282,3 +282,26 @@ def test_whole_numbers_reach_an_integer_argument_as_integers():
 
     tool = Tool("page", "A page.", {"type": "object", "properties": {"n": {"type": "integer"}}})
     assert read_call('{"name": "page", "arguments": {"n": 3.0}}', [tool]).arguments == {"n": 3}
+
+
+@pytest.mark.parametrize("env_id", ["invoice", "support"])
+def test_gold_episodes_replay_as_sft_examples_of_tool_turns(env_id):
+    from starpo.sft.replay import replay_records
+    from starpo.sft.run import gather_records
+
+    tokenizer = load_tokenizer()
+    records = gather_records([], from_solver=4, env_id=env_id).records
+    settings = EpisodeSettings(max_turns=10, max_actions_per_traj=12, max_new_tokens=128)
+    result = replay_records(records, tokenizer, settings)
+    assert not result.skipped and len(result.examples) == 4
+    for record, example in zip(records, result.examples, strict=True):
+        assert example.success
+        executed = [call for turn in example.turns for call in turn.executed]
+        assert executed == [step.action for step in record.steps]  # the gold calls, in order
+        for turn in example.turns:  # a rationale, then exactly one call
+            assert turn.format_ok and turn.think and turn.response.count("<tool_call>") == 1
+        pairs = zip(example.token_ids, example.loss_mask, strict=True)
+        trained = tokenizer.decode([t for t, m in pairs if m])
+        assert "<|im_start|>tool" not in trained and trained.count("</tool_call>") == len(executed)
+    again = replay_records(records, tokenizer, settings).examples
+    assert [e.token_ids for e in again] == [e.token_ids for e in result.examples]

@@ -136,6 +136,17 @@ def windowed_run_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def tool_run_dir(tmp_path: Path) -> Path:
+    """A run whose one trajectory is a tool-calling env's: a result holding hostile text,
+    then an invalid call's error."""
+    traj = make_traj("invoice", 5, False, 1)
+    traj.turns[0].tool_results = [f'{{"name": "{HOSTILE}"}}', "Error: unknown tool"]
+    root = tmp_path / "tools"
+    write_jsonl(root / "trajectories" / "step_000001.jsonl", [traj.to_json()])
+    return root
+
+
+@pytest.fixture
 def eval_dir(tmp_path: Path) -> Path:
     """A `starpo eval` folder mixing a random-policy Episode and an LLM Trajectory."""
     root = tmp_path / "eval"

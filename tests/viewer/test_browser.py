@@ -186,3 +186,13 @@ def test_turns_of_a_context_window_say_what_their_prompt_showed(browser, windowe
     open_page(browser, build_viewer(windowed_run_dir).as_uri())
     notes = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#episode .turn .window")]
     assert notes == ["prompt showed the task and turns 2-3"]
+
+
+def test_tool_results_are_shown_verbatim_and_inert(browser, tool_run_dir, hostile_text):
+    open_page(browser, build_viewer(tool_run_dir).as_uri())
+    shown = browser.find_elements(By.CSS_SELECTOR, "#episode .turn pre.tool")
+    texts = [browser.execute_script("return arguments[0].textContent", e) for e in shown]
+    assert texts == [f'tool → {{"name": "{hostile_text}"}}', "tool → Error: unknown tool"]
+    assert ["bad" in e.get_attribute("class") for e in shown] == [False, True]
+    assert browser.execute_script("return typeof window.__pwned") == "undefined"
+    assert browser.find_elements(By.CSS_SELECTOR, "img, a, iframe") == []

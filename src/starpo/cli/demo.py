@@ -135,8 +135,9 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "--env",
         default=None,
-        help="run the multi-turn recipe on this env (sokoban or frozenlake): base model, SFT "
-        "on solver play, then StarPO-S, on the same validation seeds; --out resumes it",
+        help="run the multi-turn recipe on this env (sokoban, frozenlake, invoice or support): "
+        "base model, SFT on solver play, then StarPO-S, on the same validation seeds; --out "
+        "resumes it",
     )
     parser.add_argument(
         "--quick", action="store_true", help="with --env: a few seeds and steps, to try the path"

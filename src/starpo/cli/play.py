@@ -24,16 +24,53 @@ def describe(env: TextEnv) -> str:
 
 
 def choices(env: TextEnv) -> str:
-    """What the player may type: the action names, or a free-text env's answer format."""
+    """What the player may type: the action names, a tool env's calls, or a free-text env's
+    answer format."""
+    from starpo.envs.tools import is_tool_env
+
+    if is_tool_env(env):
+        return (
+            "Call a tool as NAME {JSON arguments}, e.g. "
+            f"{env.tools[0].name} {{...}}, or as a whole JSON call. Tools: {tool_list(env)}"
+        )
     if env.free_text:
         return f"Answer with {env.answer_format}"
     return f"Actions: {', '.join(env.action_names)}"
+
+
+def tool_list(env: Any) -> str:
+    """`name(arg, [optional arg])` of each tool of a tool env."""
+    shown = []
+    for tool in env.tools:
+        properties = tool.parameters.get("properties", {})
+        required = set(tool.parameters.get("required", ()))
+        args = [name if name in required else f"[{name}]" for name in properties]
+        shown.append(f"{tool.name}({', '.join(args)})")
+    return ", ".join(shown)
+
+
+def typed_call(line: str) -> str:
+    """A tool call as the player typed it: `NAME {JSON arguments}` (arguments optional) as
+    the JSON call the env reads; a line that starts with `{` is taken as the call itself."""
+    import json
+
+    name, _, rest = line.strip().partition(" ")
+    if line.lstrip().startswith("{") or not name:
+        return line.strip()
+    try:
+        arguments = json.loads(rest) if rest.strip() else {}
+    except json.JSONDecodeError:
+        return line.strip()  # the env says what is wrong with it
+    return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
 
 
 def play_interactive(
     env: TextEnv, *, seed: int | None = None, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout
 ) -> int:
     """Play one episode reading actions from `stdin`; returns the exit code (0)."""
+    from starpo.envs.tools import is_tool_env
+
+    tools = is_tool_env(env)  # a line is a call: NAME {JSON arguments}
     obs, _ = env.reset(seed=seed)
     print(describe(env), file=stdout)
     print(f"\n{obs}", file=stdout)
@@ -44,15 +81,21 @@ def play_interactive(
         if not line or line.strip().casefold() in QUIT_WORDS:
             print("\nstopped.", file=stdout)
             return 0
-        obs, reward, terminated, truncated, info = env.step(line.strip())
-        if not info["action_is_valid"]:
+        action = typed_call(line) if tools else line.strip()
+        obs, reward, terminated, truncated, info = env.step(action)
+        if "tool_result" in info:  # a tool env answers every call, a bad one with "Error: ..."
+            print(info["tool_result"], file=stdout)
+            if not info["action_is_valid"]:
+                continue
+        elif not info["action_is_valid"]:
             print(
                 f"not an action: {line.strip()!r:.60}. {choices(env)}",
                 file=stdout,
             )
             continue
         total += reward
-        print(f"{obs}\nreward {reward:+g} (total {total:+g})", file=stdout)
+        shown = "" if "tool_result" in info else f"{obs}\n"  # a tool env's case stays as read
+        print(f"{shown}reward {reward:+g} (total {total:+g})", file=stdout)
         if terminated or truncated:
             outcome = "SUCCESS" if info["success"] else "failure"
             reason = "out of actions" if truncated else "episode over"

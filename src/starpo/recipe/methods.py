@@ -43,6 +43,10 @@ class Recipe:
 RECIPES: dict[str, Recipe] = {
     "sokoban": Recipe("sokoban", "cpu-sokoban-sft-starpo-s", 200, 3, 2e-4),
     "frozenlake": Recipe("frozenlake", "cpu-frozenlake-sft-starpo-s", 200, 3, 2e-4),
+    # Tool-calling envs: dialogues of ~1,700 tokens (the tools' schemas in the system
+    # message), so fewer gold episodes for the same SFT minutes.
+    "invoice": Recipe("invoice", "cpu-invoice-sft-starpo-s", 128, 2, 2e-4),
+    "support": Recipe("support", "cpu-support-sft-starpo-s", 128, 2, 2e-4),
 }
 
 

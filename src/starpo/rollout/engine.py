@@ -136,7 +136,7 @@ class RolloutEngine:
         from starpo.models import stop_token_ids  # torch: only when an engine is built
 
         self.settings = settings
-        self.prefix = prompts.generation_prefix(settings.think)
+        self.prefix = self.answer_prefix = prompts.generation_prefix(settings.think)
         self.chat = self.answer_chat = ChatTokens(tokenizer, self.prefix)
         self.generation_seconds = 0.0  # time spent in the backend, summed over runs
         stops = (
@@ -151,7 +151,7 @@ class RolloutEngine:
             stop_token_ids=tuple(stop_token_ids(tokenizer)),
             stop_sequences=stops,
         )
-        # A tool-calling env's schemas -> its chat pieces (see `_use_env`).
+        # A tool-calling env's schemas -> its chat pieces (see `use_env`).
         self._tool_chats: dict[str, ChatTokens] = {}
         self.tool_schemas: list[dict[str, Any]] | None = None
 
@@ -167,17 +167,19 @@ class RolloutEngine:
         """Play `group_size` episodes from each seed (one env group per seed)."""
         episodes = self._start(env_id, seeds, group_size, env_kwargs or {})
         try:
-            self._use_env(episodes[0].env if episodes else None)
+            self.use_env(episodes[0].env if episodes else None)
             return self._play_turns(episodes, on_turn)
         finally:
             close_envs(episodes, self.settings.env_timeout_s)
 
-    def _use_env(self, env: TextEnv | None) -> None:
-        """Chat pieces and sampling for this run's env: a tool-calling env's turns end at
-        the end of the reply (several calls may follow each other), and its results come
-        back as `tool` messages."""
+    def use_env(self, env: TextEnv | None) -> None:
+        """Chat pieces, generation prefix and sampling for `env`'s episodes (`run` sets them
+        for its env): a tool-calling env's turns end at the end of the reply (several calls
+        may follow each other), start inside the think block or at the first call, and its
+        results come back as `tool` messages."""
         if env is None or not is_tool_env(env):
             self.chat, self.params, self.tool_schemas = self.answer_chat, self.answer_params, None
+            self.prefix = self.answer_prefix
             return
         if self.settings.context_window != "full":
             raise UserError(
@@ -185,6 +187,7 @@ class RolloutEngine:
                 "rollout.context_window=full"
             )
         schemas = env.tool_schemas()
+        self.prefix = prompts.tool_generation_prefix(self.settings.think)
         key = repr(schemas)
         if key not in self._tool_chats:
             self._tool_chats[key] = ChatTokens(self.tokenizer, self.prefix, tools=schemas)

@@ -174,3 +174,9 @@ def no_call_message(
         think=think, max_response_words=max_response_words, max_calls=max_calls
     )
     return f"Your reply made no tool call. You have {calls_left} tool calls left. {reminder}"
+
+
+def tool_generation_prefix(think: bool) -> str:
+    """Text a tool-calling turn's prompt ends with: inside the think block, or nothing (the
+    agent opens its first <tool_call> itself, as it may make several)."""
+    return "<think>" if think else ""

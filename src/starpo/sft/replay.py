@@ -197,6 +197,7 @@ def _replay_chunk(
     env_kwargs: dict[str, Any],
 ) -> tuple[dict[int, Trajectory], Counter[str]]:
     """Replay records of one env in one engine run: ({position: example}, skip reasons)."""
+    engine.use_env(make(env_id, **env_kwargs))  # its prefix and turn ends shape the scripts
     skipped: Counter[str] = Counter()
     scripts: dict[int, Script] = {}
     for position, record in enumerate(records):

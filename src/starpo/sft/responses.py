@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from starpo.envs import make
+from starpo.envs.tools import is_tool_env
 from starpo.errors import UserError
 from starpo.rollout.engine import ANSWER_CLOSE_VARIANTS, RolloutEngine
 from starpo.rollout.parser import ACTION_SEPARATOR
@@ -56,11 +57,17 @@ def response_tokens(engine: RolloutEngine, text: str, finish_reason: str = "stop
     return encode(text) + [end_of_turn_id(engine)]
 
 
-def solver_turn_text(actions: Sequence[str], rationale: str | None, think: bool) -> str:
+def solver_turn_text(
+    actions: Sequence[str], rationale: str | None, think: bool, tool_calls: bool = False
+) -> str:
     """A solver turn's text after the generation prefix, in the prompt's own layout
     ("<think> [Your thoughts] </think> <answer> [your answer] </answer>"): with think on
     ` {rationale} </think> <answer> A1 || A2 </answer>` after `<think>`, without
-    ` A1 || A2 </answer>` after `<answer>`."""
+    ` A1 || A2 </answer>` after `<answer>`. A tool-calling env's actions are calls:
+    ` {rationale} </think> <tool_call>{...}</tool_call>` (without think: from `<tool_call>`)."""
+    if tool_calls:
+        calls = " ".join(f"<tool_call>{call}</tool_call>" for call in actions)
+        return f" {rationale} </think> {calls}" if think else calls
     answer = f" {f' {ACTION_SEPARATOR} '.join(actions)} </answer>"
     return f" {rationale} </think> <answer>{answer}" if think else answer
 
@@ -85,6 +92,7 @@ def episode_script(
     """A scripted policy's episode as turns of up to `actions_per_turn` actions, each turn
     with the env's rationales for its actions when thinking is on."""
     think = engine.settings.think
+    tool_calls = is_tool_env(make(episode.env_id, **env_kwargs))
     reasons = rationales(episode, env_kwargs) if think else [None] * len(episode.steps)
     if think and any(r is None for r in reasons):
         return "the env gives no rationale for a move (not the solver's?)"
@@ -93,7 +101,8 @@ def episode_script(
     for first in range(0, len(actions), actions_per_turn):
         chunk = slice(first, first + actions_per_turn)
         rationale = " ".join(r for r in reasons[chunk] if r) if think else None
-        script.append(response_tokens(engine, solver_turn_text(actions[chunk], rationale, think)))
+        text = solver_turn_text(actions[chunk], rationale, think, tool_calls)
+        script.append(response_tokens(engine, text))
     return script
 
 

@@ -8,7 +8,7 @@ normalised into one shape, so the page has a single renderer:
                num_actions, final_state, turns: [turn, ...]}
     turn    = {state, think, response, actions, executed, num_invalid, format_ok,
                env_reward, reward, format_penalty, format_bonus, finish_reason,
-               window_start}
+               window_start, tool_results}
 
 Token ids, log-probs and loss masks are dropped: they are large and unreadable on a page.
 """
@@ -49,6 +49,7 @@ def turn_from_trajectory(turn: Any) -> dict[str, Any]:
         "format_bonus": turn.format_bonus,
         "finish_reason": turn.finish_reason,
         "window_start": turn.window_start,  # the first turn its prompt showed (context_window)
+        "tool_results": list(turn.tool_results),  # a tool-calling env's result of each call
     }
 
 
@@ -94,6 +95,7 @@ def normalise_episode(episode: Episode) -> dict[str, Any]:
                 "format_bonus": 0.0,
                 "finish_reason": "stop",
                 "window_start": 1,
+                "tool_results": [] if step.tool_result is None else [step.tool_result],
             }
         )
         state = step.observation

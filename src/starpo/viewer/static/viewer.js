@@ -67,6 +67,10 @@
     cols.appendChild(left); cols.appendChild(right);
     card.appendChild(cols);
     card.appendChild(actionChips(turn));
+    for (const result of turn.tool_results || []) {  // a tool-calling env's answers
+      const failed = String(result).startsWith("Error:");
+      card.appendChild(el("pre", "tool" + (failed ? " bad" : ""), "tool → " + result));
+    }
     let rewards = "env reward " + fmt(turn.env_reward) + " · training reward " + fmt(turn.reward);
     if (turn.format_penalty) rewards += " (format penalty " + fmt(turn.format_penalty) + ")";
     if (turn.format_bonus) rewards += " (format bonus " + fmt(turn.format_bonus) + ")";
