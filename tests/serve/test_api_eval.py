@@ -118,14 +118,17 @@ class FakeApi(BaseHTTPRequestHandler):
         with state["lock"]:
             state["auth"].append(self.headers.get("Authorization"))
             state["requests"] += 1
+            state.setdefault("bodies", []).append(body)
             fail = state["fail"] > 0
             state["fail"] -= 1
             replies = state["reply"]  # one reply, or a list: request i gets item i
-            reply = replies if isinstance(replies, str) else replies[state["requests"] - 1]
+            reply = replies if isinstance(replies, (str, dict)) else replies[state["requests"] - 1]
         if fail:
             self._send(500, {"error": {"message": "overloaded", "type": "server_error"}})
             return
-        message = {"role": "assistant", "content": reply}
+        # A reply is text, or a message's fields (native tool calls: {"tool_calls": [...]}).
+        fields = reply if isinstance(reply, dict) else {"content": reply}
+        message = {"role": "assistant", "content": None, **fields}
         self._send(
             200,
             {
@@ -314,3 +317,60 @@ def test_samples_per_seed_give_pass_at_k_and_resume_tops_up_each_seed(fake, tmp_
         json.loads(line)["seed"] for line in (out / "trajectories.jsonl").read_text().splitlines()
     ]
     assert sorted(seeds) == [seeds[0], seeds[0], seeds[0] + 1, seeds[0] + 1]
+
+
+def test_a_tool_env_is_played_with_the_apis_own_function_calling(fake, tmp_path):
+    from starpo.envs import make
+
+    env = make("invoice")
+    env.reset(seed=123)  # the eval's first seed
+    replies = []
+    while not env.done:
+        call = json.loads(env.optimal_action())
+        native = {
+            "id": f"call_{len(replies)}",
+            "type": "function",
+            "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])},
+        }
+        replies.append({"content": "checking", "tool_calls": [native]})
+        env.step(env.optimal_action())
+    fake.state["reply"] = replies
+    url = f"http://127.0.0.1:{fake.server_address[1]}/v1"
+    out = tmp_path / "o"
+    args = ["eval", "--env", "invoice", "--policy", "api", "--base-url", url, "--out", str(out)]
+    assert main([*args, "--quiet", "--episodes", "1", "--max-turns", "8"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["success"] == 1.0 and summary["tool_call_valid"] == 1.0
+    bodies = fake.state["bodies"]
+    assert all(b["tools"] == type(env).tool_schemas() for b in bodies)
+    last = bodies[-1]["messages"]
+    assert "<tools>" not in last[0]["content"]  # the tools travel as the request's tools
+    answered = [m["tool_call_id"] for m in last if m["role"] == "tool"]
+    assert answered == [f"call_{i}" for i in range(len(replies) - 1)]
+    asked = [m["tool_calls"][0]["id"] for m in last if m["role"] == "assistant"]
+    assert asked == answered
+    (traj,) = [json.loads(line) for line in (out / "trajectories.jsonl").open()]
+    assert traj["turns"][0]["response"].startswith("<think>checking</think><tool_call>")
+
+
+def test_native_calls_with_broken_arguments_are_refused_with_a_reason(fake, tmp_path):
+    broken = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "get_tax_rate", "arguments": "{"},
+    }
+    fake.state["reply"] = {"content": "", "tool_calls": [broken]}
+    url = f"http://127.0.0.1:{fake.server_address[1]}/v1"
+    out = tmp_path / "o"
+    args = ["eval", "--env", "invoice", "--policy", "api", "--base-url", url, "--out", str(out)]
+    assert main([*args, "--quiet", "--episodes", "1", "--max-turns", "2"]) == 0
+    (traj,) = [json.loads(line) for line in (out / "trajectories.jsonl").open()]
+    assert traj["turns"][0]["tool_results"] == [
+        "Error: get_tax_rate: arguments are not a JSON object"
+    ]
+    second = fake.state["bodies"][1]["messages"]
+    assert second[-1] == {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "content": "Error: get_tax_rate: arguments are not a JSON object",
+    }

@@ -6,6 +6,11 @@ tokenizer or backend, so the user messages, the parser, the env steps, the rewar
 from a chat completion. API turns have no token ids (`Trajectory.token_ids` stays empty);
 `Trajectory.usage` holds the token counts the API reported and `wall_s` the episode's time.
 
+Tool-calling envs use the API's own function calling: the tools go in the request's
+`tools` parameter, the reply's `tool_calls` become the engine's `<tool_call>` blocks (so
+the same parser and env judge them), and each result goes back as a `tool` message with
+its call's id. A model that writes `<tool_call>` blocks in its text is read as well.
+
 Retries: the openai client's own (`max_retries`, exponential backoff on connection errors,
 timeouts, 408, 409, 429 and 5xx); an episode whose request still fails is recorded with
 `Trajectory.error` ("api: ...") and the other episodes go on.
@@ -20,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from starpo.config.episode import EpisodeSettings
+from starpo.envs.tools import is_tool_env
 from starpo.errors import UserError
 from starpo.rollout import prompts
 from starpo.rollout.engine import RolloutEngine, _Episode, close_envs
@@ -90,9 +96,30 @@ class ApiPlayer(RolloutEngine):
         # No tokenizer, backend or token chunks: only what `_user_turn` and `_play_reply` use.
         self.client, self.model, self.settings = client, model, settings
         self.concurrency, self.prefill = concurrency, prefill
-        self.prefix = prompts.generation_prefix(settings.think)
+        self.prefix = self.answer_prefix = prompts.generation_prefix(settings.think)
+        self.tool_schemas: list[dict[str, Any]] | None = None
         self.generation_seconds = 0.0  # time waiting for replies, summed over episodes
         self._lock = threading.Lock()
+        # A tool env's dialogue as the API takes it (assistant tool_calls, tool messages
+        # with their ids), per episode session.
+        self._chats: dict[int, list[dict[str, Any]]] = {}
+
+    def use_env(self, env: Any) -> None:
+        """A tool env's tools go in each request (`tools`); the prompt ends as the engine's."""
+        if env is None or not is_tool_env(env):
+            self.tool_schemas, self.prefix = None, self.answer_prefix
+            return
+        if self.settings.context_window != "full":
+            raise UserError(
+                "a tool-calling env needs the whole dialogue in each prompt; set "
+                "--context-window full"
+            )
+        self.tool_schemas = env.tool_schemas()
+        self.prefix = prompts.tool_generation_prefix(self.settings.think)
+
+    @property
+    def system_prompt(self) -> str:
+        return prompts.SYSTEM_PROMPT  # the tools travel as the request's `tools`
 
     def run(
         self,
@@ -107,6 +134,7 @@ class ApiPlayer(RolloutEngine):
         """Play `group_size` episodes from each seed; `on_episode(trajectory)` as each ends
         (from its worker thread), `on_turn(turn)` after each turn of any episode."""
         episodes = self._start(env_id, seeds, group_size, env_kwargs or {})
+        self.use_env(episodes[0].env if episodes else None)
 
         def play(episode: _Episode) -> Trajectory:
             started = time.perf_counter()
@@ -134,7 +162,10 @@ class ApiPlayer(RolloutEngine):
         for turn in range(1, self.settings.max_turns + 1):
             if episode.finished:
                 return
-            self._user_turn(episode, turn)
+            if self.tool_schemas is not None and turn > 1 and episode.tool_results:
+                self._tool_turn(episode)
+            else:
+                self._user_turn(episode, turn)
             episode.turn = turn
             text, finish, completion_tokens = self._reply(episode, turn)
             self._play_reply(
@@ -147,9 +178,11 @@ class ApiPlayer(RolloutEngine):
             if on_turn is not None:
                 on_turn(turn)
 
-    def _messages(self, episode: _Episode, turn: int) -> list[dict[str, str]]:
+    def _messages(self, episode: _Episode, turn: int) -> list[dict[str, Any]]:
         """The chat the engine's prompt of `turn` renders: the whole dialogue, or from the
         context window's first turn on (opened by the task, as `_window_prompt` does)."""
+        if self.tool_schemas is not None:
+            return self._tool_messages(episode)
         start = self.settings.window_start(turn)
         users = [self._opening(episode, start) if start > 1 else episode.users[0]]
         users += episode.users[start:turn]
@@ -160,6 +193,34 @@ class ApiPlayer(RolloutEngine):
             if i < len(replies):
                 messages.append({"role": "assistant", "content": replies[i]})
         return messages
+
+    def _tool_messages(self, episode: _Episode) -> list[dict[str, Any]]:
+        """A tool env's dialogue in the API's form: the trajectory's messages, with each
+        assistant turn as the API sent it (its `tool_calls`) and each result as a `tool`
+        message answering its call's id."""
+        sent = self._chats.get(episode.session, [])  # assistant messages as received
+        out: list[dict[str, Any]] = []
+        calls: list[str] = []  # ids of the last assistant turn's calls, in order
+        replies = 0
+        for message in episode.trajectory.messages:
+            if message["role"] == "assistant":
+                out.append(sent[replies])
+                calls = [c["id"] for c in sent[replies].get("tool_calls") or []]
+                replies += 1
+            elif message["role"] == "tool" and calls:
+                out.append({"role": "tool", "tool_call_id": calls.pop(0), **message})
+            elif message["role"] == "tool":  # calls written as text: results as a user turn
+                out.append(
+                    {
+                        "role": "user",
+                        "content": f"<tool_response>\n{message['content']}\n</tool_response>",
+                    }
+                )
+            else:
+                out.append(dict(message))
+        for missing in calls:  # calls past the budget or after the env ended: never run
+            out.append({"role": "tool", "tool_call_id": missing, "content": "Error: not run"})
+        return out
 
     def _reply(self, episode: _Episode, turn: int) -> tuple[str, str, int]:
         """The turn's reply text as the engine would hold it (starting with the generation
@@ -173,6 +234,7 @@ class ApiPlayer(RolloutEngine):
             # message exactly so: the same prompt, hence the same reply as the engine's.
             messages.append({"role": "assistant", "content": self.prefix})
             extra = {"continue_final_message": True, "add_generation_prompt": False}
+        tools = {} if self.tool_schemas is None else {"tools": self.tool_schemas}
         started = time.perf_counter()
         response = self.client.chat.completions.create(
             model=self.model,
@@ -181,6 +243,7 @@ class ApiPlayer(RolloutEngine):
             temperature=s.temperature,
             top_p=s.top_p,
             extra_body=extra or None,
+            **tools,
         )
         with self._lock:
             self.generation_seconds += time.perf_counter() - started
@@ -193,8 +256,10 @@ class ApiPlayer(RolloutEngine):
             completion_tokens = usage.completion_tokens or 0
             traj_usage["completion_tokens"] += completion_tokens
         choice = response.choices[0]
+        if self.tool_schemas is not None:
+            return self._tool_reply(episode, choice), _finish(choice), completion_tokens
         text = self._text(choice.message.content or "", _reasoning(choice.message))
-        finish = "length" if choice.finish_reason == "length" else "stop"
+        finish = _finish(choice)
         end = text.find(ANSWER_CLOSE)
         if s.stop_at_answer and end >= 0 and end + len(ANSWER_CLOSE) < len(text):
             # The engine stops generating at </answer> and keeps it. No stop string is sent:
@@ -202,6 +267,32 @@ class ApiPlayer(RolloutEngine):
             # end-of-turn ended it, so the reply is cut here instead.
             text, finish = text[: end + len(ANSWER_CLOSE)], "stop"
         return text, finish, completion_tokens
+
+    def _tool_reply(self, episode: _Episode, choice: Any) -> str:
+        """A tool env's reply in the engine's form (its calls as `<tool_call>` blocks after
+        the think block), and the assistant message kept to send back as received."""
+        message = choice.message
+        content, reasoning = message.content or "", _reasoning(message)
+        native = list(message.tool_calls or [])
+        kept: dict[str, Any] = {"role": "assistant", "content": content}
+        if native:
+            kept["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.function.name, "arguments": call.function.arguments},
+                }
+                for call in native
+            ]
+        with self._lock:
+            self._chats.setdefault(episode.session, []).append(kept)
+        if not native:  # calls written as text, if any: read as the engine reads a reply
+            return self._text(content, reasoning)
+        blocks = "".join(f"<tool_call>{_call_text(call.function)}</tool_call>" for call in native)
+        if not self.settings.think:
+            return blocks
+        thought = (reasoning or content).replace("</think>", "").removeprefix("<think>")
+        return f"<think>{thought}</think>{blocks}"
 
     def _text(self, content: str, reasoning: str | None) -> str:
         """The reply in the engine's form: the prefix first, any separate reasoning as the
@@ -216,6 +307,22 @@ class ApiPlayer(RolloutEngine):
             # its prompt with, so it is prepended unless the model wrote it itself.
             content = self.prefix + content
         return content
+
+
+def _finish(choice: Any) -> str:
+    return "length" if choice.finish_reason == "length" else "stop"
+
+
+def _call_text(function: Any) -> str:
+    """A native call as the env reads it: its arguments (a JSON string) parsed where they
+    are JSON, else kept as text for the env to refuse with a reason."""
+    import json
+
+    try:
+        arguments = json.loads(function.arguments or "{}")
+    except json.JSONDecodeError:
+        arguments = function.arguments
+    return json.dumps({"name": function.name, "arguments": arguments}, ensure_ascii=False)
 
 
 def _reasoning(message: Any) -> str | None:

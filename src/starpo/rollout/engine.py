@@ -281,16 +281,22 @@ class RolloutEngine:
 
     def _observe_tool_results(self, episode: _Episode, turn: int) -> list[int]:
         """The last turn's tool results as `tool` messages, fed before this turn's reply."""
-        traj, results = episode.trajectory, episode.tool_results
-        episode.views.append((episode.state, self._actions_left(episode)))
-        traj.messages.extend({"role": "tool", "content": result} for result in results)
-        ids = self.chat.tool_results(results, episode.stop_text)
+        traj = episode.trajectory
+        ids = self.chat.tool_results(self._tool_turn(episode), episode.stop_text)
         traj.token_ids.extend(ids)
         traj.loss_mask.extend([0] * len(ids))
         traj.logprobs.extend([0.0] * len(ids))
-        episode.users.append("")  # no user message this turn
         episode.turn = turn
         return ids
+
+    def _tool_turn(self, episode: _Episode) -> list[str]:
+        """Record the last turn's tool results as this turn's `tool` messages (no user
+        message); returns them."""
+        results = episode.tool_results
+        episode.views.append((episode.state, self._actions_left(episode)))
+        episode.trajectory.messages.extend({"role": "tool", "content": r} for r in results)
+        episode.users.append("")
+        return results
 
     def _user_turn(self, episode: _Episode, turn: int) -> str:
         """This turn's user message, recorded in the episode and its trajectory's messages
