@@ -54,7 +54,7 @@ def client(url: str, connect: bool = True):
 
 
 # ----------------------------------------------------------- starpo envs, served
-@pytest.mark.parametrize("env_id", ["sokoban", "frozenlake", "countdown"])
+@pytest.mark.parametrize("env_id", ["sokoban", "frozenlake", "countdown", "invoice"])
 def test_openenv_client_plays_a_served_env_as_it_plays_locally(env_id):
     local = make(env_id)
     with running(build_env_app(env_id)) as url:
@@ -79,6 +79,8 @@ def test_openenv_client_plays_a_served_env_as_it_plays_locally(env_id):
                     assert obs["truncated"] == truncated and obs["success"] == info["success"]
                     assert obs["action_is_valid"] == info["action_is_valid"]
                     assert obs["action"] == info["action"]
+                    assert obs["tool_result"] == info.get("tool_result")  # a tool env's
+                    assert obs["tools"] == (local.tool_schemas() if info.get("tool_result") else [])
         finally:
             remote.close()
         meta = requests.get(f"{url}/metadata", timeout=WAIT_S).json()

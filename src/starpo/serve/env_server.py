@@ -10,6 +10,9 @@ An action is `{"action": "Up"}` (an action name, matched case-insensitively, or 
 env's answer). An observation carries the rendered state (`text`) and what a prompt needs
 (`instruction`, `legend`, `action_names` or `answer_format`) and what the step did
 (`success`, `action_is_valid`, `action_is_effective`, `action`, `steps_left`, `truncated`).
+A tool-calling env's observation also lists its `tools` (OpenAI function schemas), its
+action is a call's JSON (`{"action": "{\"name\": ..., \"arguments\": {...}}"}`), and
+`tool_result` is what the call returned ("Error: ..." for a malformed one).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from starpo.envs import make, spec
 from starpo.envs.base import TextEnv
+from starpo.envs.tools import is_tool_env
 
 
 class StarpoAction(Action):
@@ -54,6 +58,10 @@ class StarpoObservation(Observation):
     action: str | None = Field(default=None, description="the action taken, canonical name")
     steps_left: int = 0
     truncated: bool = Field(default=False, description="ended by the action budget")
+    tools: list[dict[str, Any]] = Field(
+        default_factory=list, description="a tool-calling env's tools (OpenAI function schemas)"
+    )
+    tool_result: str | None = Field(default=None, description="what the last tool call returned")
 
 
 class StarpoEnvironment(Environment):
@@ -104,6 +112,8 @@ class StarpoEnvironment(Environment):
             action=info.get("action"),
             steps_left=int(info["steps_left"]),
             truncated=truncated,
+            tools=env.tool_schemas() if is_tool_env(env) else [],
+            tool_result=info.get("tool_result"),
             reward=float(reward),
             done=done,
         )
