@@ -305,3 +305,16 @@ def test_gold_episodes_replay_as_sft_examples_of_tool_turns(env_id):
         assert "<|im_start|>tool" not in trained and trained.count("</tool_call>") == len(executed)
     again = replay_records(records, tokenizer, settings).examples
     assert [e.token_ids for e in again] == [e.token_ids for e in result.examples]
+
+
+def test_the_memory_plan_sees_a_tool_episodes_real_first_prompt(scripted_backend):
+    from starpo.config import load_config
+    from starpo.memory.shapes import episode_shape
+
+    tokenizer = load_tokenizer()
+    cfg = load_config("cpu-invoice-sft-starpo-s")
+    backend = scripted_backend(tokenizer, lambda s, t: "<|im_end|>")
+    engine = RolloutEngine(backend, tokenizer, cfg.rollout.settings())
+    (traj,) = engine.run("invoice", [0], group_size=1)
+    shape = episode_shape(cfg, tokenizer, "invoice", {})
+    assert shape.prompt_tokens == traj.loss_mask.index(1)  # the system message, tools, case

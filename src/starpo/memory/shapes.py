@@ -123,6 +123,7 @@ def episode_shape(cfg: Any, tokenizer: Any, env_id: str, env_kwargs: dict) -> Ep
     """The longest episode of `env_id` under the rollout settings: its real first prompt
     (seed 0), and a later turn's chunk with the same observation length."""
     from starpo.envs import make
+    from starpo.envs.tools import is_tool_env
     from starpo.rollout import prompts
     from starpo.rollout.chat import ChatTokens
 
@@ -132,6 +133,8 @@ def episode_shape(cfg: Any, tokenizer: Any, env_id: str, env_kwargs: dict) -> Ep
         state, _ = env.reset(seed=0)
     finally:
         env.close()  # the state and the env's prompt text are all this reads
+    if is_tool_env(env):
+        return _tool_episode_shape(s, tokenizer, env, state)
     chat = ChatTokens(tokenizer, prompts.generation_prefix(s.think))
     common = dict(
         actions_left=s.max_actions_per_traj, think=s.think, max_response_words=s.max_response_words
@@ -148,4 +151,33 @@ def episode_shape(cfg: Any, tokenizer: Any, env_id: str, env_kwargs: dict) -> Ep
         response_tokens=s.max_new_tokens,
         max_turns=s.max_turns,
         kept_turns=s.settings().turns_kept,
+    )
+
+
+def _tool_episode_shape(s: Any, tokenizer: Any, env: Any, state: str) -> EpisodeShape:
+    """A tool env's episode as the engine lays it out: the system message with its tools
+    (unless the template lays them out), the task and case, and later turns of tool
+    results, each taken as long as the case text (the results of the shipped tool envs are
+    no longer than their cases)."""
+    from starpo.rollout import prompts
+    from starpo.rollout.chat import ChatTokens
+
+    schemas = env.tool_schemas()
+    chat = ChatTokens(tokenizer, prompts.tool_generation_prefix(s.think), tools=schemas)
+    native = chat.tools is not None and chat.tools.native
+    first = prompts.tool_task_message(
+        env,
+        state,
+        max_calls=s.max_actions_per_turn,
+        calls_left=s.max_actions_per_traj,
+        think=s.think,
+        max_response_words=s.max_response_words,
+    )
+    system = prompts.tool_system_prompt(schemas, native=native)
+    return EpisodeShape(
+        prompt_tokens=len(chat.first_prompt(system, first)),
+        turn_tokens=len(chat.tool_results([state] * s.max_actions_per_turn)),
+        response_tokens=s.max_new_tokens,
+        max_turns=s.max_turns,
+        kept_turns=None,
     )
