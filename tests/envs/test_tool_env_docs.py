@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from starpo.envs.registry import ENVS
 from starpo.envs.checker import check_env
+from starpo.envs.registry import ENVS
 from starpo.envs.tools import call_text
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "tool-agents.md"

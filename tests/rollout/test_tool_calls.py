@@ -284,14 +284,21 @@ def test_whole_numbers_reach_an_integer_argument_as_integers():
     assert read_call('{"name": "page", "arguments": {"n": 3.0}}', [tool]).arguments == {"n": 3}
 
 
-@pytest.mark.parametrize("env_id", ["invoice", "support"])
-def test_gold_episodes_replay_as_sft_examples_of_tool_turns(env_id):
+@pytest.mark.parametrize("env_id, calls_per_turn", [("invoice", 1), ("support", 5)])
+def test_gold_episodes_replay_as_sft_examples_of_tool_turns(env_id, calls_per_turn):
+    # One call a turn stops at </tool_call> (the end of turn comes in the next chunk); with
+    # several the model ends its reply itself: both lay the gold calls out the same way.
     from starpo.sft.replay import replay_records
     from starpo.sft.run import gather_records
 
     tokenizer = load_tokenizer()
     records = gather_records([], from_solver=4, env_id=env_id).records
-    settings = EpisodeSettings(max_turns=10, max_actions_per_traj=12, max_new_tokens=128)
+    settings = EpisodeSettings(
+        max_turns=10,
+        max_actions_per_traj=12,
+        max_new_tokens=128,
+        max_actions_per_turn=calls_per_turn,
+    )
     result = replay_records(records, tokenizer, settings)
     assert not result.skipped and len(result.examples) == 4
     for record, example in zip(records, result.examples, strict=True):
@@ -303,6 +310,9 @@ def test_gold_episodes_replay_as_sft_examples_of_tool_turns(env_id):
         pairs = zip(example.token_ids, example.loss_mask, strict=True)
         trained = tokenizer.decode([t for t, m in pairs if m])
         assert "<|im_start|>tool" not in trained and trained.count("</tool_call>") == len(executed)
+    ends_with_call = [tokenizer.decode(e.token_ids[e.turn_ends[0] - 9 : e.turn_ends[0] + 1])
+                      for e in result.examples]  # fmt: skip
+    assert all(end.endswith("</tool_call>") == (calls_per_turn == 1) for end in ends_with_call)
     again = replay_records(records, tokenizer, settings).examples
     assert [e.token_ids for e in again] == [e.token_ids for e in result.examples]
 

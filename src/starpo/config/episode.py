@@ -72,7 +72,9 @@ class EpisodeSettings(ConfigSection):
         ge=0.0,
     )
     stop_at_answer: bool = config_field(
-        True, "End a turn's generation at </answer> (the rest would be ignored)."
+        True,
+        "End a turn's generation at </answer> (the rest would be ignored); a tool env's turn "
+        "of one call at </tool_call>.",
     )
     format_every_turn: bool = config_field(
         True,

@@ -31,6 +31,8 @@ from starpo.rollout.parser import parse_tool_turn, parse_turn
 from starpo.types import Trajectory, Turn
 
 ANSWER_CLOSE_VARIANTS = ("</answer>", " </answer>")
+#: Where a tool-calling turn of one call ends (`stop_at_answer`, `max_actions_per_turn=1`).
+TOOL_CALL_CLOSE_VARIANTS = ("</tool_call>",)
 
 
 class EpisodePlayer(Protocol):
@@ -139,11 +141,10 @@ class RolloutEngine:
         self.prefix = self.answer_prefix = prompts.generation_prefix(settings.think)
         self.chat = self.answer_chat = ChatTokens(tokenizer, self.prefix)
         self.generation_seconds = 0.0  # time spent in the backend, summed over runs
-        stops = (
-            tuple(tuple(self.chat.encode(text)) for text in ANSWER_CLOSE_VARIANTS)
-            if settings.stop_at_answer
-            else ()
+        self.stop_texts = self.answer_stops = (
+            ANSWER_CLOSE_VARIANTS if settings.stop_at_answer else ()
         )
+        stops = tuple(tuple(self.chat.encode(text)) for text in self.stop_texts)
         self.params = self.answer_params = SamplingParams(
             max_new_tokens=settings.max_new_tokens,
             temperature=settings.temperature,
@@ -179,7 +180,7 @@ class RolloutEngine:
         results come back as `tool` messages."""
         if env is None or not is_tool_env(env):
             self.chat, self.params, self.tool_schemas = self.answer_chat, self.answer_params, None
-            self.prefix = self.answer_prefix
+            self.prefix, self.stop_texts = self.answer_prefix, self.answer_stops
             return
         if self.settings.context_window != "full":
             raise UserError(
@@ -192,7 +193,12 @@ class RolloutEngine:
         if key not in self._tool_chats:
             self._tool_chats[key] = ChatTokens(self.tokenizer, self.prefix, tools=schemas)
         self.chat, self.tool_schemas = self._tool_chats[key], schemas
-        self.params = replace(self.answer_params, stop_sequences=())
+        # One call a turn ends at its </tool_call> (what follows would be ignored); with
+        # several, the model ends its reply itself.
+        one_call = self.settings.stop_at_answer and self.settings.max_actions_per_turn == 1
+        self.stop_texts = TOOL_CALL_CLOSE_VARIANTS if one_call else ()
+        stops = tuple(tuple(self.chat.encode(text)) for text in self.stop_texts)
+        self.params = replace(self.answer_params, stop_sequences=stops)
 
     @property
     def system_prompt(self) -> str:

@@ -4,9 +4,10 @@ The replay (`starpo.sft.replay`) feeds these tokens to the rollout engine as if 
 sampled them, so an SFT example is laid out exactly as an RL rollout: same prompts, same
 chunks between turns, same end of turn. Where a turn ends follows the engine's settings,
 as a real generation would:
-- `stop_at_answer` on: the backend stops at the stop sequence `</answer>` (or ` </answer>`),
-  so the turn's tokens end with that sequence's own tokens and the template's end of turn
-  (`<|im_end|>\\n`) comes in the next fed-in chunk;
+- `stop_at_answer` on: the backend stops at the stop sequence `</answer>` (or ` </answer>`;
+  a tool env's turn of one call at `</tool_call>`), so the turn's tokens end with that
+  sequence's own tokens and the template's end of turn (`<|im_end|>\\n`) comes in the next
+  fed-in chunk;
 - otherwise the model ends its turn itself with the template's end-of-turn token
   (`<|im_end|>`), which is generated (and trained on), and the next chunk starts after it.
 """
@@ -19,7 +20,7 @@ from typing import Any
 from starpo.envs import make
 from starpo.envs.tools import is_tool_env
 from starpo.errors import UserError
-from starpo.rollout.engine import ANSWER_CLOSE_VARIANTS, RolloutEngine
+from starpo.rollout.engine import RolloutEngine
 from starpo.rollout.parser import ACTION_SEPARATOR
 from starpo.types import Episode, Trajectory
 
@@ -49,9 +50,9 @@ def response_tokens(engine: RolloutEngine, text: str, finish_reason: str = "stop
     encode = engine.chat.encode
     if finish_reason == "length":
         return encode(text)
-    if engine.settings.stop_at_answer:
+    if engine.stop_texts:
         # The longest close first: " </answer>" is one stop sequence, "</answer>" another.
-        for close in sorted(ANSWER_CLOSE_VARIANTS, key=len, reverse=True):
+        for close in sorted(engine.stop_texts, key=len, reverse=True):
             if text.endswith(close):
                 return encode(text[: -len(close)]) + encode(close)
     return encode(text) + [end_of_turn_id(engine)]
