@@ -62,3 +62,33 @@ def test_text_outside_the_blocks_is_malformed(thought: str, actions: list[str], 
 @given(st.one_of(st.none(), st.integers(), st.binary()))
 def test_non_text_input_is_malformed(value):
     assert not parse_turn(value).format_ok  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ tool-calling turns
+def test_tool_turn_examples():
+    from starpo.rollout.parser import parse_tool_turn
+
+    two = parse_tool_turn(
+        '<think>look</think> <tool_call>{"a": 1}</tool_call>\n<tool_call>x</tool_call>'
+    )
+    assert two.format_ok and two.think == "look" and two.actions == ('{"a": 1}', "x")
+    assert parse_tool_turn("<tool_call>{}</tool_call>", think=False).actions == ("{}",)
+    assert not parse_tool_turn("<tool_call>{}</tool_call>").format_ok  # thinking required
+    assert not parse_tool_turn("<think>a</think> I call it <tool_call>{}</tool_call>").format_ok
+    assert not parse_tool_turn("<think>a</think><tool_call>{}</tool_call> done").format_ok
+    assert not parse_tool_turn("<think>a</think><tool_call>{}").format_ok  # never closed
+    assert not parse_tool_turn("<think>a</think><tool_call><tool_call>{}</tool_call>").format_ok
+    assert not parse_tool_turn("<think>a</think><answer>Up</answer>").format_ok
+    assert not parse_tool_turn("<think>a</think>").format_ok  # no call
+    kept = parse_tool_turn("<think>a</think>" + "<tool_call>{}</tool_call>" * 4, max_calls=3)
+    assert len(kept.actions) == 3 and kept.num_dropped_actions == 1
+
+
+@given(st.text(max_size=300), st.booleans())
+@settings(max_examples=300)
+def test_any_text_parses_as_a_tool_turn_without_raising(text, think):
+    from starpo.rollout.parser import parse_tool_turn
+
+    parsed = parse_tool_turn(text, think=think, max_calls=3)
+    assert parsed.format_ok == bool(parsed.actions) and len(parsed.actions) <= 3
+    assert all("<tool_call>" not in a and "</tool_call>" not in a for a in parsed.actions)
