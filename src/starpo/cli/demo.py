@@ -31,6 +31,8 @@ DEMO_ENVS = (
     "sudoku",
     "qa",
     "2048-3x3",
+    "invoice",
+    "support",
 )
 DEMO_SEED = 123
 DEMO_PRESET = "cpu-bandit-starpo-s"  # shipped in starpo/config/presets/
@@ -50,7 +52,8 @@ def show_episode(env_id: str, policy_name: str, seed: int = DEMO_SEED) -> bool:
     print(episode.initial_observation)
     for i, step in enumerate(episode.steps, 1):
         print(f"\naction {i}: {step.action}  reward {step.reward:+g}")
-        print(step.observation)
+        # A tool env's case stays as first shown; what the call returned is the news.
+        print(step.observation if step.tool_result is None else f"-> {step.tool_result}")
     verdict = "SUCCESS" if episode.success else "failure"
     total = episode.total_reward
     odds = episode.optimal_success_prob
