@@ -185,6 +185,49 @@ def test_a_served_env_played_as_env_id_openenv_gives_the_same_episodes(tiny, env
     assert comparable(remote) == comparable(local)
 
 
+def test_a_served_tool_env_played_as_env_id_openenv_takes_calls_as_the_local_one():
+    """Gold calls, a malformed call and a reply without one, played locally and through the
+    server: the same tool turns, results and outcome."""
+    from scripted_backend import ScriptedBackend
+    from starpo.models import load_tokenizer
+
+    tokenizer = load_tokenizer()
+    gold = {}
+    for seed in (4, 5):
+        env = make("invoice")
+        env.reset(seed=seed)
+        gold[seed] = []
+        while not env.done:
+            gold[seed].append(env.optimal_action())
+            env.step(gold[seed][-1])
+
+    def script(session: int, turn: int) -> str:
+        calls = gold[4 + session]
+        if turn == 1:
+            return " x </think><tool_call>{oops</tool_call><|im_end|>"
+        if turn == 2:
+            return " x </think> no call<|im_end|>"
+        return f" x </think><tool_call>{calls[turn - 3]}</tool_call><|im_end|>"
+
+    settings = EpisodeSettings(max_turns=9, max_actions_per_traj=10, max_new_tokens=200)
+
+    def play(env_id, **kwargs):
+        engine = RolloutEngine(ScriptedBackend(tokenizer, script), tokenizer, settings)
+        return engine.run(env_id, [4, 5], 1, env_kwargs=kwargs)
+
+    local = play("invoice")
+    with running(build_env_app("invoice")) as url:
+        remote = play("openenv", url=url)
+        assert active_sessions(url) == 0
+    for a, b in zip(local, remote, strict=True):
+        assert a.success and b.success and b.error is None
+        assert [m["role"] for m in a.messages] == [m["role"] for m in b.messages]
+        assert [t.tool_results for t in a.turns] == [t.tool_results for t in b.turns]
+        assert a.messages == b.messages  # the same tools in the system message, same results
+        assert a.token_ids == b.token_ids and a.loss_mask == b.loss_mask
+        assert [t.num_invalid for t in b.turns][:2] == [1, 0]  # the malformed call, no call
+
+
 def test_a_dead_server_is_an_env_fault_not_a_hang(tiny):
     engine = engine_for(tiny, max_turns=2)
     started = time.monotonic()

@@ -17,6 +17,10 @@ this env's arguments: `actions` (none: free-text answers), `instruction`, `answe
 `action_key` (the action's field, default "action"), `text_key` (the observation's field
 shown to the agent; default: `text`, else its only string field, else every field).
 Without a `success` field, an episode succeeds when it ends on a positive reward.
+
+A server whose observations list `tools` (OpenAI function schemas; a starpo tool env
+served by `starpo serve-env` does) is played as a tool-calling env: actions are calls, each
+observation's `tool_result` goes back to the agent as a `tool` message.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ _META_FIELDS = frozenset(
         "action",
         "steps_left",
         "truncated",
+        "tools",
+        "tool_result",
     }
 )
 
@@ -114,6 +120,7 @@ class OpenEnvEnv(TextEnv):
         self._text = ""
         self._success = False
         self._seed: int | None = None
+        self._tools: list[dict[str, Any]] = []  # a tool-calling server's, from its observations
 
     # ------------------------------------------------------------------ the session
     def _session(self) -> Any:
@@ -177,7 +184,13 @@ class OpenEnvEnv(TextEnv):
             info["steps_left"] = self.steps_left
         elif info.pop("remote_truncated", False):
             terminated, truncated = False, True
+        if self._tools and "tool_result" not in info:  # refused here, never sent
+            info["tool_result"] = "Error: an empty call"
         return state, reward, terminated, truncated, info
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """The server's tools (empty: it takes actions or answers, not calls)."""
+        return list(self._tools)
 
     def _step(self, action: Any) -> tuple[float, bool, bool, dict[str, Any]]:
         result = self._remote("step", {self.action_key: action})
@@ -188,6 +201,8 @@ class OpenEnvEnv(TextEnv):
             "remote_invalid": observation.get("action_is_valid", True) is False,
             "remote_truncated": bool(result.done) and bool(observation.get("truncated", False)),
         }
+        if isinstance(observation.get("tool_result"), str):
+            extra["tool_result"] = observation["tool_result"]
         effective = bool(observation.get("action_is_effective", True))
         return reward, bool(result.done), effective, extra
 
@@ -208,6 +223,9 @@ class OpenEnvEnv(TextEnv):
                 setattr(self, name, observation[name])
         if isinstance(observation.get("legend"), dict):
             self.legend = {str(k): str(v) for k, v in observation["legend"].items()}
+        tools = observation.get("tools")
+        if isinstance(tools, list) and tools and all(isinstance(t, dict) for t in tools):
+            self._tools = tools
 
     def parse_action(self, action: Any) -> Any | None:
         if self.action_names:

@@ -319,5 +319,10 @@ class ToolEnv(TextEnv):
 
 
 def is_tool_env(env: Any) -> bool:
-    """Whether `env` (an instance or class) takes tool calls."""
-    return isinstance(env, ToolEnv) or (isinstance(env, type) and issubclass(env, ToolEnv))
+    """Whether `env` (an instance or class) takes tool calls: a ToolEnv, or an env that
+    learns its tools as it plays and lists them in `tool_schemas()` (a remote OpenEnv
+    server's, after its first reset)."""
+    if isinstance(env, type):
+        return issubclass(env, ToolEnv)
+    schemas = getattr(env, "tool_schemas", None)
+    return isinstance(env, ToolEnv) or (callable(schemas) and bool(schemas()))
