@@ -377,3 +377,14 @@ def test_contribution_says_where_the_interval_lies():
     table = format_results(results)
     assert "A's own contribution: +30.0% (above both 95% intervals)" in table
     assert "B's own contribution: -30.0% (below both 95% intervals)" in table
+
+
+@pytest.mark.parametrize("env_id", sorted(RECIPES))
+def test_every_recipe_runs_its_stages_on_its_own_env(tmp_path, stubbed, env_id):
+    results = run_recipe(env_id, tmp_path, RecipeChoices(eval_seeds=3), base_rows=False)
+    recipe = RECIPES[env_id]
+    assert stubbed["sft"] == [(recipe.sft_episodes, recipe.sft_epochs, recipe.sft_lr)]
+    assert [cfg.total_steps for cfg in stubbed["train"]] == [
+        load_config(recipe.preset).trainer.total_steps
+    ]
+    assert results["env"] == env_id and list(results["rows"]) == ["SFT", "SFT + GRPO"]
