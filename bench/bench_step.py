@@ -3,6 +3,7 @@ switched off and on side by side in one run.
 
     python bench/bench_step.py                       # sokoban and frozenlake
     python bench/bench_step.py --env sokoban --steps 2
+    python bench/bench_step.py --env invoice         # a tool env
     STARPO_CPU_BF16=0 ATEN_CPU_CAPABILITY=avx2 python bench/bench_step.py   # as on an
                                                      # AVX2-only laptop CPU (fp32 everywhere)
 
@@ -40,7 +41,14 @@ from starpo.config import load_config  # noqa: E402
 from starpo.models.precision import cpu_has_native_bf16  # noqa: E402
 from starpo.types import Trajectory  # noqa: E402
 
-PRESETS = {"sokoban": "cpu-sokoban-sft-starpo-s", "frozenlake": "cpu-frozenlake-sft-starpo-s"}
+PRESETS = {
+    "sokoban": "cpu-sokoban-sft-starpo-s",
+    "frozenlake": "cpu-frozenlake-sft-starpo-s",
+    # A tool env: ~1,150 prompt tokens before the first reply (the tools' schemas), few
+    # tokens a reply: where sharing a group's identical first prompt should pay most.
+    "invoice": "cpu-invoice-sft-starpo-s",
+}
+DEFAULT_ENVS = ["sokoban", "frozenlake"]
 
 
 @dataclass(frozen=True)
@@ -248,7 +256,7 @@ def name_of_first(results: dict[str, StepFigures]) -> str:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", nargs="+", default=list(PRESETS), choices=PRESETS)
+    parser.add_argument("--env", nargs="+", default=DEFAULT_ENVS, choices=PRESETS)
     parser.add_argument("--steps", type=int, default=1, help="training steps per contender")
     parser.add_argument("--sft-episodes", type=int, default=64)
     parser.add_argument("--sft-epochs", type=int, default=2)
