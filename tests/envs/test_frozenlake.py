@@ -462,3 +462,13 @@ def test_a_size_out_of_range_is_a_one_line_user_error(size):
     # size=100000 ran out of memory building its grid (found by fuzzing).
     with pytest.raises(UserError, match="size must be an integer from 2 to 64"):
         FrozenLakeEnv(size=size)
+
+
+def test_the_coordinates_line_names_the_player_goal_and_holes():
+    env = FrozenLakeEnv(is_slippery=False, coordinates=True)
+    obs, _ = env.reset(options={"desc": ["SF", "HG"]})
+    assert obs == "P_\nOG\nPlayer at (0, 0); goal at (1, 1); holes at (1, 0)."
+    obs = env.step("Right")[0]
+    assert obs.splitlines()[-1] == "Player at (0, 1); goal at (1, 1); holes at (1, 0)."
+    env.reset(options={"desc": ["SG"]})
+    assert env.render().endswith("holes at none.")

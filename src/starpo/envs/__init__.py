@@ -61,6 +61,12 @@ register(
     "(RAGEN-2's CoordSokoban).",
 )
 register(
+    "frozenlake-coord",
+    "starpo.envs.frozenlake.env:FrozenLakeEnv",
+    kwargs={"is_slippery": False, "coordinates": True},
+    description="FrozenLake 4x4 on dry ice, the map plus player, goal and hole coordinates.",
+)
+register(
     "sokoban-large",
     "starpo.envs.sokoban.env:SokobanEnv",
     kwargs={"dim_room": (8, 8), "num_boxes": 2},

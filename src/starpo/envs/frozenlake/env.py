@@ -150,10 +150,17 @@ class FrozenLakeEnv(TextEnv):
         max_steps: int = 10,
         desc: Sequence[str] | None = None,
         cell_sep: str = "",
+        coordinates: bool = False,
     ) -> None:
+        """`coordinates`: below the map, the player's, the goal's and the holes' (row,
+        column) cells in words, counted from 0 at the top left (as `sokoban-coord` does):
+        where a small model may not read positions off the grid's tokens."""
         _check_args(size, p_frozen, is_slippery)
         super().__init__(max_steps)
         self.cell_sep = check_cell_sep(cell_sep)  # between a row's cells (RAGEN: none)
+        if not isinstance(coordinates, bool):
+            raise UserError(f"coordinates must be true or false, got {coordinates!r}")
+        self.coordinates = coordinates
         self.size = int(size)
         self.p_frozen = float(p_frozen)
         self.is_slippery = bool(is_slippery)
@@ -196,13 +203,23 @@ class FrozenLakeEnv(TextEnv):
         """The map in RAGEN's FrozenLake symbols, rows joined by newlines."""
         rows = self._rows()
         pr, pc = self.position
-        return "\n".join(
+        grid = "\n".join(
             self.cell_sep.join(
                 PLAYER_SYMBOLS[tile] if (r, c) == (pr, pc) else TILE_SYMBOLS[tile]
                 for c, tile in enumerate(row)
             )
             for r, row in enumerate(rows)
         )
+        return f"{grid}\n{self.positions()}" if self.coordinates else grid
+
+    def positions(self) -> str:
+        """The player, the goal and the holes as (row, column) cells (the coordinates line
+        of `coordinates=True`)."""
+        rows = self._rows()
+        cells = [(r, c) for r, row in enumerate(rows) for c, tile in enumerate(row)]
+        (goal,) = [cell for cell in cells if rows[cell[0]][cell[1]] == GOAL]
+        holes = ", ".join(str(cell) for cell in cells if rows[cell[0]][cell[1]] == HOLE)
+        return f"Player at {tuple(self.position)}; goal at {goal}; holes at {holes or 'none'}."
 
     def snapshot(self) -> FrozenLakeState:
         """Map, player position and terminal flags (hashable, comparable)."""
