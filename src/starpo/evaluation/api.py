@@ -135,6 +135,7 @@ class ApiPlayer(RolloutEngine):
         (from its worker thread), `on_turn(turn)` after each turn of any episode."""
         episodes = self._start(env_id, seeds, group_size, env_kwargs or {})
         self.use_env(episodes[0].env if episodes else None)
+        self._chats = {}  # sessions count from 0 again in every run
 
         def play(episode: _Episode) -> Trajectory:
             started = time.perf_counter()
