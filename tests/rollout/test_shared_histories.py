@@ -28,7 +28,7 @@ def peaked(tiny):
     return model, tokenizer
 
 
-def _play(peaked, backend_class, share: bool, temperature: float = 1.0):
+def _play(peaked, backend_class, share: bool, temperature: float = 1.0, env_id: str = "sokoban"):
     model, tokenizer = peaked
     backend = backend_class(
         model, pad_token_id=tokenizer.pad_token_id, seed=7, share_histories=share
@@ -39,13 +39,17 @@ def _play(peaked, backend_class, share: bool, temperature: float = 1.0):
     # difference of the same size as any batch-size change, not a sharing error.
     settings = EpisodeSettings(max_turns=4, max_new_tokens=6, temperature=temperature, top_p=0.9)
     engine = RolloutEngine(backend, tokenizer, settings)
-    return engine.run("sokoban", [10000, 10001, 10002], 6), backend
+    return engine.run(env_id, [10000, 10001, 10002], 6), backend
 
 
-@pytest.mark.parametrize("backend_class", [HFBackend, LeanBackend])
-def test_shared_histories_play_the_same_episodes_as_a_row_each(peaked, backend_class):
-    shared, shared_backend = _play(peaked, backend_class, share=True)
-    alone, alone_backend = _play(peaked, backend_class, share=False)
+@pytest.mark.parametrize(
+    "backend_class, env_id",
+    # invoice: a tool env, whose long first prompt (the tools) a group shares
+    [(HFBackend, "sokoban"), (LeanBackend, "sokoban"), (LeanBackend, "invoice")],
+)
+def test_shared_histories_play_the_same_episodes_as_a_row_each(peaked, backend_class, env_id):
+    shared, shared_backend = _play(peaked, backend_class, share=True, env_id=env_id)
+    alone, alone_backend = _play(peaked, backend_class, share=False, env_id=env_id)
     assert [t.token_ids for t in shared] == [t.token_ids for t in alone]
     for a, b in zip(shared, alone, strict=True):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
