@@ -373,3 +373,12 @@ def test_an_over_long_exact_answer_is_refused(tmp_path):
 def test_bad_arguments_are_user_errors(kwargs, message):
     with pytest.raises(UserError, match=message):
         QAEnv(**kwargs)
+
+
+@pytest.mark.parametrize("text", ["1E-500", "-3E-700", "2.5E-600"])
+def test_a_tiny_number_reads_back_from_its_label(text):
+    # Was "1/1000...0" (501 digits): longer than an answer may be, so it read back as None.
+    from starpo.envs.qa.data import number_label, parse_number
+
+    value = parse_number(text)
+    assert value is not None and parse_number(number_label(value)) == value

@@ -88,7 +88,23 @@ def number_label(value: Fraction) -> str:
             digits = str(abs(scaled.numerator)).rjust(places + 1, "0")
             sign = "-" if value < 0 else ""
             return f"{sign}{digits[:-places]}.{digits[-places:]}"
-    return f"{value.numerator}/{value.denominator}"
+    label = f"{value.numerator}/{value.denominator}"
+    if len(label) > ANSWER_CAP:  # e.g. "1E-500": written back with its exponent
+        places = _decimal_places(value.denominator)
+        if places is not None:
+            return f"{value.numerator * 10**places // value.denominator}e-{places}"
+    return label
+
+
+def _decimal_places(denominator: int) -> int | None:
+    """The decimal places a fraction with this (reduced) denominator needs, or None when it
+    has no finite decimal (a factor other than 2 and 5)."""
+    twos = fives = 0
+    while denominator % 2 == 0:
+        denominator, twos = denominator // 2, twos + 1
+    while denominator % 5 == 0:
+        denominator, fives = denominator // 5, fives + 1
+    return max(twos, fives) if denominator == 1 else None
 
 
 def numbers_match(given: Fraction, expected: Fraction) -> bool:
