@@ -164,7 +164,6 @@ def _tool_episode_shape(s: Any, tokenizer: Any, env: Any, state: str) -> Episode
 
     schemas = env.tool_schemas()
     chat = ChatTokens(tokenizer, prompts.tool_generation_prefix(s.think), tools=schemas)
-    native = chat.tools is not None and chat.tools.native
     first = prompts.tool_task_message(
         env,
         state,
@@ -173,7 +172,7 @@ def _tool_episode_shape(s: Any, tokenizer: Any, env: Any, state: str) -> Episode
         think=s.think,
         max_response_words=s.max_response_words,
     )
-    system = prompts.tool_system_prompt(schemas, native=native)
+    system = prompts.tool_system_prompt(schemas, native=chat.native_tools)
     return EpisodeShape(
         prompt_tokens=len(chat.first_prompt(system, first)),
         turn_tokens=len(chat.tool_results([state] * s.max_actions_per_turn)),

@@ -132,9 +132,13 @@ class ChatTokens:
         an agent turn as `tool` messages: `tool_results`)."""
         self.tokenizer = tokenizer
         self.tools = read_tool_pieces(tokenizer, tools) if tools else None
-        native = self.tools is not None and self.tools.native
-        self.pieces = read_template(tokenizer, tools if native else None)
+        self.pieces = read_template(tokenizer, tools if self.native_tools else None)
         self.generation_prefix = generation_prefix
+
+    @property
+    def native_tools(self) -> bool:
+        """Whether the template lays out the tools itself (else the system message must)."""
+        return self.tools is not None and self.tools.native
 
     def encode(self, text: str) -> list[int]:
         """Tokenise text that may contain the template's special tokens."""

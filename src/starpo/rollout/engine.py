@@ -205,8 +205,7 @@ class RolloutEngine:
         """The system message of this run's episodes (with the tools of a tool env)."""
         if self.tool_schemas is None:
             return prompts.SYSTEM_PROMPT
-        native = self.chat.tools is not None and self.chat.tools.native
-        return prompts.tool_system_prompt(self.tool_schemas, native=native)
+        return prompts.tool_system_prompt(self.tool_schemas, native=self.chat.native_tools)
 
     def _play_turns(
         self, episodes: list[_Episode], on_turn: Callable[[int], None] | None
@@ -400,7 +399,7 @@ class RolloutEngine:
         """Parse a reply's text (with the generation prefix), step the env with its actions,
         score the turn and record it: the part of a turn that needs no tokens."""
         s, traj = self.settings, episode.trajectory
-        if is_tool_env(episode.env):
+        if self.tool_schemas is not None:  # this run's env takes tool calls (`use_env`)
             parsed = parse_tool_turn(text, think=s.think, max_calls=s.max_actions_per_turn)
         else:
             parsed = parse_turn(text, think=s.think, max_actions=s.max_actions_per_turn)

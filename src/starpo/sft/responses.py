@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from starpo.envs import make
-from starpo.envs.tools import is_tool_env
 from starpo.errors import UserError
 from starpo.rollout.engine import RolloutEngine
 from starpo.rollout.parser import ACTION_SEPARATOR
@@ -93,7 +92,7 @@ def episode_script(
     """A scripted policy's episode as turns of up to `actions_per_turn` actions, each turn
     with the env's rationales for its actions when thinking is on."""
     think = engine.settings.think
-    tool_calls = is_tool_env(make(episode.env_id, **env_kwargs))
+    tool_calls = engine.tool_schemas is not None  # the replay set the engine to its env
     reasons = rationales(episode, env_kwargs) if think else [None] * len(episode.steps)
     if think and any(r is None for r in reasons):
         return "the env gives no rationale for a move (not the solver's?)"
