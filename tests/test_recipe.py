@@ -126,10 +126,11 @@ ROW = {"success": 0.5, "success_ci95_low": 0.4, "success_ci95_high": 0.6, "forma
 @pytest.fixture
 def stubbed(monkeypatch):
     """Evaluations, SFT and the trainer stubbed; what each was asked is kept in `calls`."""
-    calls: dict[str, list] = {"evaluate": [], "sft": [], "train": []}
+    calls: dict[str, list] = {"evaluate": [], "sft": [], "train": [], "env_kwargs": []}
 
-    def evaluate(model, cfg, folder, settings, seeds):
+    def evaluate(model, cfg, folder, settings, seeds, env_kwargs):
         calls["evaluate"].append(folder.name)
+        calls["env_kwargs"].append(env_kwargs)
         return {"model": model, **ROW, "num_episodes": seeds}
 
     def train_sft(recipe, cfg, sft_dir):
@@ -387,4 +388,30 @@ def test_every_recipe_runs_its_stages_on_its_own_env(tmp_path, stubbed, env_id):
     assert [cfg.total_steps for cfg in stubbed["train"]] == [
         load_config(recipe.preset).trainer.total_steps
     ]
-    assert results["env"] == env_id and list(results["rows"]) == ["SFT", "SFT + GRPO"]
+    rows = ["SFT", "SFT + GRPO"]
+    if recipe.heldout_kwargs:
+        rows = ["SFT", "SFT (held-out)", "SFT + GRPO", "SFT + GRPO (held-out)"]
+    assert results["env"] == env_id and list(results["rows"]) == rows
+
+
+def test_a_held_out_case_family_is_scored_for_the_sft_and_rl_models(tmp_path, stubbed, capsys):
+    """invoice's recipe also plays split=heldout (unseen vendor names and problem types) with
+    the SFT and the RL model, on the same seeds, and compares each RL row with its own SFT
+    row; a resumed recipe runs none of it again."""
+    results = run_recipe("invoice", tmp_path, RecipeChoices(eval_seeds=5), base_rows=False)
+    assert stubbed["evaluate"] == [
+        "sft-eval", "sft-heldout-eval", "rl-grpo-eval", "rl-grpo-heldout-eval"
+    ]  # fmt: skip
+    preset = dict(load_config("cpu-invoice-sft-starpo-s").env.kwargs)
+    assert stubbed["env_kwargs"] == [preset, {**preset, "split": "heldout"}] * 2
+    rows = results["rows"]
+    assert rows["SFT (held-out)"]["label"] == (
+        "SFT (128 solver episodes, 2 epochs, lr 2e-4), held-out cases (split=heldout)"
+    )
+    assert rows["SFT + GRPO (held-out)"]["env_kwargs"] == {**preset, "split": "heldout"}
+    assert rows["SFT + GRPO (held-out)"]["num_episodes"] == 5
+    table = capsys.readouterr().out
+    assert "GRPO's own contribution: +0.0%" in table
+    assert "GRPO's own contribution, held-out cases: +0.0%" in table
+    run_recipe("invoice", tmp_path, RecipeChoices(eval_seeds=5), base_rows=False)
+    assert len(stubbed["evaluate"]) == 4 and len(stubbed["sft"]) == 1

@@ -34,6 +34,10 @@ class Recipe:
     rl_minutes: float | None = None  # the RL stage's trainer.max_minutes (None: its steps)
     base_think_tokens: int = 128  # the base model's think-variant budget per turn ...
     base_think_seeds: int = 64  # ... and seeds: it writes ~10x the tokens of the others
+    # env.kwargs of a held-out case family the SFT and RL stages never see (unseen vendor
+    # names and problem types, an unseen policy clause); when set, the SFT and RL models are
+    # also evaluated on it, on the same seeds: does what they learned carry over?
+    heldout_kwargs: tuple[tuple[str, Any], ...] = ()
 
 
 # SFT lr 2e-4 for 3 epochs (46-69 AdamW steps of 8 dialogues, cosine): on Sokoban's 200
@@ -45,8 +49,12 @@ RECIPES: dict[str, Recipe] = {
     "frozenlake": Recipe("frozenlake", "cpu-frozenlake-sft-starpo-s", 200, 3, 2e-4),
     # Tool-calling envs: dialogues of ~1,700 tokens (the tools' schemas in the system
     # message), so fewer gold episodes for the same SFT minutes.
-    "invoice": Recipe("invoice", "cpu-invoice-sft-starpo-s", 128, 2, 2e-4),
-    "support": Recipe("support", "cpu-support-sft-starpo-s", 128, 2, 2e-4),
+    "invoice": Recipe(
+        "invoice", "cpu-invoice-sft-starpo-s", 128, 2, 2e-4, heldout_kwargs=(("split", "heldout"),)
+    ),
+    "support": Recipe(
+        "support", "cpu-support-sft-starpo-s", 128, 2, 2e-4, heldout_kwargs=(("split", "heldout"),)
+    ),
 }
 
 

@@ -39,6 +39,11 @@ def rl_label(label: str, rl: dict[str, Any], budget: float | None) -> str:
     return f"SFT + {label} ({steps} step{'s' * (steps != 1)}, {spent})"
 
 
+def heldout_label(kwargs: tuple[tuple[str, Any], ...]) -> str:
+    """E.g. "held-out cases (split=heldout)"."""
+    return "held-out cases (" + ", ".join(f"{k}={v}" for k, v in kwargs) + ")"
+
+
 def stage_minutes(out: Path) -> dict[str, float]:
     """Minutes of every finished stage, by stage name."""
     minutes = {}
@@ -74,14 +79,17 @@ def format_results(results: dict[str, Any]) -> str:
             f"{labels[name]:<{width}}{row['num_episodes']:>9}{row['success']:>9.1%}  "
             f"{interval:<17}{row['format_ok']:>10.1%}"
         )
-    sft = rows.get("SFT")
     for name, rl in rows.items():
+        # "SFT + GRPO" against "SFT", "SFT + GRPO (held-out)" against "SFT (held-out)".
+        method, held, cases = name[len("SFT + ") :], " (held-out)", ""
+        if method.endswith(held):
+            method, cases = method[: -len(held)], held
+        sft = rows.get(f"SFT{cases}")
         if sft is None or not name.startswith("SFT + "):
             continue
         gain = rl["success"] - sft["success"]
-        lines.append(
-            f"{name[len('SFT + ') :]}'s own contribution: {gain:+.1%} ({_against(rl, sft)})"
-        )
+        on = ", held-out cases" if cases else ""
+        lines.append(f"{method}'s own contribution{on}: {gain:+.1%} ({_against(rl, sft)})")
     spent = results["minutes"]
     lines.append(
         "minutes: "

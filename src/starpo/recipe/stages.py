@@ -15,6 +15,9 @@ not run again, so a stopped recipe resumes where it was):
    `grpo` (the preset's), `gigpo` (step-level credit) or `ppo` (a critic, bi-level GAE).
    With `--rl-minutes` every method gets the same budget of training minutes.
 5. `rl-<method>-eval/`: each trained policy on the validation seeds.
+   Where the env has a held-out case family (`Recipe.heldout_kwargs`: invoice's and
+   support's `split=heldout`), `sft-heldout-eval/` and `rl-<method>-heldout-eval/` score the
+   SFT and RL models on it too, on the same seeds.
 6. `base-think/`: the base model with a think block, on the first 64 seeds under a short
    budget (it never closes its think block: 400 tokens a turn would cost an hour).
 
@@ -51,7 +54,13 @@ from starpo.recipe.methods import (
     check_methods,
     recipe_for,
 )
-from starpo.recipe.results import format_results, rl_label, sft_label, stage_minutes
+from starpo.recipe.results import (
+    format_results,
+    heldout_label,
+    rl_label,
+    sft_label,
+    stage_minutes,
+)
 
 RESULTS_FILE = "results.json"
 
@@ -110,9 +119,11 @@ def run_stage(
     return kept
 
 
-def evaluate(model: str, cfg: Any, folder: Path, settings: Any, seeds: int) -> dict[str, Any]:
-    """`model` on `seeds` validation seeds from the preset's first one; writes `starpo
-    eval`'s files in `folder`."""
+def evaluate(
+    model: str, cfg: Any, folder: Path, settings: Any, seeds: int, env_kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """`model` on `seeds` validation seeds from the preset's first one, the env made with
+    `env_kwargs`; writes `starpo eval`'s files in `folder`."""
     from starpo.evaluation.model import evaluate_model, progress_bar
     from starpo.evaluation.summary import write_results
 
@@ -128,7 +139,7 @@ def evaluate(model: str, cfg: Any, folder: Path, settings: Any, seeds: int) -> d
             backend=cfg.rollout.backend,
             dtype=cfg.rollout.dtype,
             seed=first,
-            env_kwargs=dict(cfg.env.kwargs),
+            env_kwargs=env_kwargs,
             on_turn=show,
         )
     write_results(folder, result.trajectories, summary)
@@ -320,13 +331,16 @@ def run_recipe(
     cfg = load_config(recipe.preset, overrides)
     sft_dir = out / "sft"
     made = sft_settings(recipe, cfg)
-    rl_cfgs, rl_made, wanted = {}, {}, {"sft": made, "sft-eval": made}
+    rl_cfgs, rl_made = {}, {}
+    held = ("heldout-eval",) if recipe.heldout_kwargs else ()
+    wanted = {"sft": made, **{f"sft-{stage}": made for stage in ("eval", *held)}}
     for name in methods:
         method_overrides = [*overrides, *METHODS[name].overrides, f"model.name={sft_dir}"]
         rl_cfgs[name] = load_config(recipe.preset, method_overrides)
         steps = rl_cfgs[name].trainer.total_steps
         rl_made[name] = {**made, "rl_minutes": recipe.rl_minutes, "rl_steps": steps}
-        wanted.update({f"rl-{name}": rl_made[name], f"rl-{name}-eval": rl_made[name]})
+        for folder in (f"rl-{name}", *(f"rl-{name}-{stage}" for stage in ("eval", *held))):
+            wanted[folder] = rl_made[name]
     check_kept_settings(out, wanted)
     settings = cfg.rollout.settings(temperature=cfg.trainer.val_temperature)
     think_settings = settings.model_copy(
@@ -334,17 +348,30 @@ def run_recipe(
     )
     base = cfg.model.name
 
+    heldout = {**cfg.env.kwargs, **dict(recipe.heldout_kwargs)}
+
     def evaluation(
         name: str, folder: str, model: str, play: Any = settings, seeds: int = recipe.eval_seeds,
-        made: dict[str, Any] | None = None,
+        made: dict[str, Any] | None = None, env_kwargs: dict[str, Any] | None = None,
     ) -> dict[str, Any]:  # fmt: skip
-        where = out / folder
-        return run_stage(where, name, lambda: evaluate(model, cfg, where, play, seeds), made)
+        where, kwargs = out / folder, dict(cfg.env.kwargs if env_kwargs is None else env_kwargs)
+        return run_stage(
+            where, name, lambda: evaluate(model, cfg, where, play, seeds, kwargs), made
+        )
+
+    def heldout_row(row: str, name: str, folder: str, model: str, made: dict[str, Any]) -> None:
+        """`model` on the held-out case family too, when the env has one: row "`row`
+        (held-out)"."""
+        if recipe.heldout_kwargs:
+            kept = evaluation(f"{name} held-out", folder, model, made=made, env_kwargs=heldout)
+            label = f"{rows[row].get('label', row)}, {heldout_label(recipe.heldout_kwargs)}"
+            rows[f"{row} (held-out)"] = {**kept, "label": label, "env_kwargs": heldout}
 
     rows = {"base": evaluation("base", "base", base)} if base_rows else {}
     run_stage(sft_dir, "sft", lambda: train_sft(recipe, cfg, sft_dir), made)
     rows["SFT"] = evaluation("SFT eval", "sft-eval", str(sft_dir), made=made)
     rows["SFT"]["label"] = sft_label(recipe)
+    heldout_row("SFT", "SFT eval", "sft-heldout-eval", str(sft_dir), made)
     ran = {}
     for name in methods:
         rl_dir, label = out / f"rl-{name}", METHODS[name].label
@@ -355,6 +382,10 @@ def run_recipe(
             f"RL {name} eval", f"rl-{name}-eval", str(rl_dir / "final"), made=rl_made[name]
         )
         rows[f"SFT + {label}"] = {**row, "label": rl_label(label, rl, recipe.rl_minutes)}
+        heldout_row(
+            f"SFT + {label}", f"RL {name} eval", f"rl-{name}-heldout-eval",
+            str(rl_dir / "final"), rl_made[name],
+        )  # fmt: skip
         ran[name] = {"steps": rl.get("steps"), "train_minutes": rl.get("train_minutes")}
     if base_rows:
         # Last: the least telling row (the base model never closes its think block), and
