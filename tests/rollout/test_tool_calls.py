@@ -328,3 +328,115 @@ def test_the_memory_plan_sees_a_tool_episodes_real_first_prompt(scripted_backend
     (traj,) = engine.run("invoice", [0], group_size=1)
     shape = episode_shape(cfg, tokenizer, "invoice", {})
     assert shape.prompt_tokens == traj.loss_mask.index(1)  # the system message, tools, case
+
+
+# Laid out as Llama 3.1's templates do (the tools in the first user message, a call as a bare
+# JSON object with "parameters", results as `ipython` turns), with this tokenizer's end of
+# turn (<|im_end|>) in place of Llama's <|eot_id|>.
+LLAMA_LIKE = (
+    "{%- for message in messages %}"
+    "{%- set role = 'ipython' if message.role == 'tool' else message.role %}"
+    "{{ '<|start_header_id|>' + role + '<|end_header_id|>\\n\\n' }}"
+    "{%- if tools and loop.index0 == 1 and message.role == 'user' %}"
+    "{{ 'Given the following functions, respond with a JSON for a function call. Respond in "
+    'the format {"name": function name, "parameters": dictionary of argument name and its '
+    "value}.\\n\\n' }}"
+    "{%- for tool in tools %}{{ tool | tojson }}{{ '\\n\\n' }}{%- endfor %}{%- endif %}"
+    "{%- if message.tool_calls %}{%- set call = message.tool_calls[0].function %}"
+    "{{ '{\"name\": \"' + call.name + '\", \"parameters\": ' + call.arguments | tojson + '}' }}"
+    "{%- else %}{{ message.content }}{%- endif %}"
+    "{{ '<|im_end|>' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+    "{%- endif %}"
+)
+
+
+def _llama_call(name: str, arguments: dict[str, Any]) -> str:
+    return json.dumps({"name": name, "parameters": arguments})
+
+
+def test_a_template_with_bare_json_calls_gets_them_natively(scripted_backend):
+    """Llama 3.1's call syntax: the template is detected as writing calls as one bare JSON
+    object with "parameters"; the agent is asked for that shape, such a reply runs (one call
+    a turn, no </tool_call> stop), results come back as the template's `ipython` turns, token
+    for token, and a <tool_call> block is not this template's format."""
+    from starpo.rollout.chat import call_syntax
+    from starpo.rollout.parser import BARE_JSON, TAGGED
+
+    tokenizer = load_tokenizer()
+    assert call_syntax(tokenizer, SCHEMAS) == TAGGED  # SmolLM2's own template
+    tokenizer.chat_template = QWEN_LIKE
+    assert call_syntax(tokenizer, SCHEMAS) == TAGGED  # renders calls as <tool_call> blocks
+    tokenizer.chat_template = LLAMA_LIKE
+    assert call_syntax(tokenizer, SCHEMAS) == BARE_JSON
+    pieces = read_tool_pieces(tokenizer, SCHEMAS)
+    assert pieces.native and pieces.syntax == BARE_JSON
+    assert pieces.assistant_to_tool == "<|start_header_id|>ipython<|end_header_id|>\n\n"
+
+    env = LedgerEnv()
+    env.reset(seed=3)
+    replies = {
+        1: f" check A </think> {_llama_call('get_balance', {'account': 'A'})}<|im_end|>",
+        2: f" move </think>{_llama_call('transfer', {'source': 'A', 'target': 'B', 'amount': env.amount})}<|im_end|>",  # noqa: E501
+        3: f" x </think><tool_call>{call_text('submit', {})}</tool_call><|im_end|>",
+        4: f" done </think>{_llama_call('submit', {})}<|im_end|>",
+    }
+    backend = scripted_backend(tokenizer, lambda s, t: replies[t])
+    engine = RolloutEngine(backend, tokenizer, EpisodeSettings(max_turns=4))
+    (traj,) = engine.run("test-ledger", [3], group_size=1)
+    assert engine.params.stop_sequences == ()
+    assert '"parameters": {[arguments]}' in traj.messages[1]["content"]  # the shape asked for
+    assert "up to 1 tool call a turn" in traj.messages[1]["content"]
+    opening = tokenizer.decode(traj.token_ids[: traj.loss_mask.index(1)])
+    assert '"name": "transfer"' in opening  # the template's own list of the tools
+    assert [t.num_valid for t in traj.turns] == [1, 1, 0, 1]
+    assert not traj.turns[2].format_ok  # a tagged call is not this template's syntax
+    assert traj.turns[0].tool_results == ['{"balance": 100.0}']
+    assert traj.success and traj.env_reward == 1.0
+    rendered = tokenizer.apply_chat_template(traj.messages, tokenize=False, tools=SCHEMAS)
+    assert tokenizer.decode(traj.token_ids) == rendered
+
+
+def test_bare_json_turns_parse_as_one_call():
+    from starpo.rollout.parser import BARE_JSON
+
+    def parse(text, **kwargs):
+        return parse_tool_turn(text, syntax=BARE_JSON, **kwargs)
+
+    call = _llama_call("submit", {})
+    assert parse(f"<think>a</think> {call} ").actions == (call,)
+    assert parse(call, think=False).actions == (call,)
+    assert parse("<think>a</think>{not json}").actions == ("{not json}",)  # the env judges it
+    assert not parse(f"<think>a</think>I call {call}").format_ok
+    assert not parse(f"<think>a</think>{call} done").format_ok
+    assert not parse(f"<think>a</think><tool_call>{call}</tool_call>").format_ok
+    assert not parse("<think>a</think>").format_ok and not parse(call).format_ok  # no think
+
+
+def test_a_call_may_name_its_arguments_parameters_but_not_both():
+    from starpo.envs.tools import ToolCall, ToolCallError, read_call
+
+    tools = LedgerEnv.tools
+    parsed = read_call(_llama_call("get_balance", {"account": "A"}), tools)
+    assert parsed == ToolCall("get_balance", {"account": "A"})
+    both = '{"name": "get_balance", "arguments": {"account": "A"}, "parameters": {}}'
+    with pytest.raises(ToolCallError, match="arguments or parameters, not both"):
+        read_call(both, tools)
+
+
+def test_gold_calls_replay_in_a_bare_json_template():
+    from starpo.sft.replay import replay_records
+    from starpo.sft.run import gather_records
+
+    tokenizer = load_tokenizer()
+    tokenizer.chat_template = LLAMA_LIKE
+    records = gather_records([], from_solver=2, env_id="invoice").records
+    settings = EpisodeSettings(max_turns=10, max_actions_per_traj=12, max_new_tokens=128)
+    result = replay_records(records, tokenizer, settings)
+    assert not result.skipped and len(result.examples) == 2
+    for record, example in zip(records, result.examples, strict=True):
+        assert example.success
+        assert [c for t in example.turns for c in t.executed] == [s.action for s in record.steps]
+        for turn in example.turns:
+            assert turn.format_ok and '"parameters"' in turn.response
+            assert "<tool_call>" not in turn.response

@@ -87,6 +87,11 @@ def call_text(name: str, arguments: Mapping[str, Any]) -> str:
     return json.dumps({"name": name, "arguments": dict(arguments)}, ensure_ascii=False)
 
 
+#: The keys a call may hold its arguments under (OpenAI and Hermes: "arguments"; Llama 3.1:
+#: "parameters").
+ARGUMENT_KEYS = ("arguments", "parameters")
+
+
 class ToolCallError(ValueError):
     """Why a call cannot run, worded for the agent (it reads it in the next turn)."""
 
@@ -107,16 +112,19 @@ def read_call(action: Any, tools: Sequence[Tool]) -> ToolCall:
             raise ToolCallError(f"the call is not valid JSON ({why})") from None
     if not isinstance(action, Mapping):
         raise ToolCallError('a call is a JSON object: {"name": ..., "arguments": {...}}')
-    unknown_keys = sorted(str(k) for k in action if k not in ("name", "arguments"))
+    # Llama 3.1's templates name the arguments "parameters": either key, not both.
+    unknown_keys = sorted(str(k) for k in action if k not in ("name", *ARGUMENT_KEYS))
     if unknown_keys:
         raise ToolCallError(f"a call holds only name and arguments, not {unknown_keys[0]}")
+    if all(key in action for key in ARGUMENT_KEYS):
+        raise ToolCallError("a call holds its arguments once: arguments or parameters, not both")
     by_name = {tool.name: tool for tool in tools}
     name = action.get("name")
     if not isinstance(name, str) or name not in by_name:
         names = ", ".join(by_name)
         shown = json.dumps(name)[:60] if name is not None else "no name"
         raise ToolCallError(f"unknown tool {shown}; the tools are: {names}")
-    arguments = action.get("arguments", {})
+    arguments = action.get("arguments", action.get("parameters", {}))
     if isinstance(arguments, str):  # some models send the arguments as a JSON string
         try:
             arguments = json.loads(arguments)

@@ -171,6 +171,7 @@ def _tool_episode_shape(s: Any, tokenizer: Any, env: Any, state: str) -> Episode
         calls_left=s.max_actions_per_traj,
         think=s.think,
         max_response_words=s.max_response_words,
+        syntax=chat.call_syntax,
     )
     system = prompts.tool_system_prompt(schemas, native=chat.native_tools)
     return EpisodeShape(

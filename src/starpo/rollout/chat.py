@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from starpo.errors import UserError
+from starpo.rollout.parser import BARE_JSON, TAGGED
 
 _S, _U, _A, _N = "SYSTEMMARK", "USERMARK", "ASSISTANTMARK", "NEXTUSERMARK"
 _T1, _T2 = "TOOLRESULTONE", "TOOLRESULTTWO"
@@ -80,6 +81,7 @@ class ToolPieces:
     tool_to_tool: str
     tool_to_assistant: str
     native: bool
+    syntax: str = TAGGED  # how the agent writes its calls (`call_syntax`)
 
 
 #: Tool results sent as a user message, for a template that renders no `tool` role.
@@ -103,6 +105,30 @@ def _tool_split(tokenizer: Any, tools: list[dict[str, Any]] | None) -> tuple[str
     return (to_tool, between, to_assistant) if consistent else None
 
 
+_PROBE = "starpo_probe_tool"
+
+
+def call_syntax(tokenizer: Any, tools: list[dict[str, Any]]) -> str:
+    """The call syntax (`starpo.rollout.parser`) of a template that lays out tools itself,
+    read off its rendering of an assistant message with a call: a bare JSON object with
+    "parameters" (Llama 3.1's templates) is BARE_JSON; `<tool_call>` blocks (Hermes,
+    Qwen2.5), or a template that cannot render a call, TAGGED."""
+    call = {"type": "function", "function": {"name": _PROBE, "arguments": {"probe": 1}}}
+    messages = [
+        {"role": "system", "content": _S},
+        {"role": "user", "content": _U},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+    ]
+    try:
+        text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
+    except Exception:  # noqa: BLE001 - a template may refuse calls in its own way
+        return TAGGED
+    rendered = text[text.find(_PROBE) :] if _PROBE in text else ""
+    if "<tool_call>" in text or '"parameters"' not in rendered:
+        return TAGGED
+    return BARE_JSON
+
+
 def read_tool_pieces(tokenizer: Any, tools: list[dict[str, Any]]) -> ToolPieces:
     """How tool results follow an agent turn in this tokenizer's template. A template that
     uses `tools` lays them out natively; one that renders no `tool` role gets the results
@@ -119,7 +145,9 @@ def read_tool_pieces(tokenizer: Any, tools: list[dict[str, Any]]) -> ToolPieces:
             between,
             closing + pieces.user_to_assistant,
         )
-    return ToolPieces(*split, native=native)
+    return ToolPieces(
+        *split, native=native, syntax=call_syntax(tokenizer, tools) if native else TAGGED
+    )
 
 
 class ChatTokens:
@@ -134,6 +162,11 @@ class ChatTokens:
         self.tools = read_tool_pieces(tokenizer, tools) if tools else None
         self.pieces = read_template(tokenizer, tools if self.native_tools else None)
         self.generation_prefix = generation_prefix
+
+    @property
+    def call_syntax(self) -> str:
+        """How the agent writes its tool calls (TAGGED for a template without tools)."""
+        return self.tools.syntax if self.tools is not None else TAGGED
 
     @property
     def native_tools(self) -> bool:

@@ -27,7 +27,7 @@ from starpo.rollout.backends.base import (
     SamplingParams,
 )
 from starpo.rollout.chat import ChatTokens
-from starpo.rollout.parser import parse_tool_turn, parse_turn
+from starpo.rollout.parser import TAGGED, parse_tool_turn, parse_turn
 from starpo.types import Trajectory, Turn
 
 ANSWER_CLOSE_VARIANTS = ("</answer>", " </answer>")
@@ -196,7 +196,8 @@ class RolloutEngine:
         # One call a turn ends at its </tool_call> (what follows would be ignored); with
         # several, the model ends its reply itself.
         one_call = self.settings.stop_at_answer and self.settings.max_actions_per_turn == 1
-        self.stop_texts = TOOL_CALL_CLOSE_VARIANTS if one_call else ()
+        tagged = self.chat.call_syntax == TAGGED  # a bare JSON call ends with the reply
+        self.stop_texts = TOOL_CALL_CLOSE_VARIANTS if one_call and tagged else ()
         stops = tuple(tuple(self.chat.encode(text)) for text in self.stop_texts)
         self.params = replace(self.answer_params, stop_sequences=stops)
 
@@ -317,6 +318,7 @@ class RolloutEngine:
                 max_response_words=s.max_response_words,
                 max_calls=s.max_actions_per_turn,
                 calls_left=self._actions_left(episode),
+                syntax=self.chat.call_syntax,
             )
         else:
             user = prompts.next_user_message(
@@ -345,6 +347,7 @@ class RolloutEngine:
                 calls_left=actions_left,
                 think=s.think,
                 max_response_words=s.max_response_words,
+                syntax=self.chat.call_syntax,
             )
         return prompts.first_user_message(
             episode.env,
@@ -400,7 +403,9 @@ class RolloutEngine:
         score the turn and record it: the part of a turn that needs no tokens."""
         s, traj = self.settings, episode.trajectory
         if self.tool_schemas is not None:  # this run's env takes tool calls (`use_env`)
-            parsed = parse_tool_turn(text, think=s.think, max_calls=s.max_actions_per_turn)
+            parsed = parse_tool_turn(
+                text, think=s.think, max_calls=s.max_actions_per_turn, syntax=self.chat.call_syntax
+            )
         else:
             parsed = parse_turn(text, think=s.think, max_actions=s.max_actions_per_turn)
         turn = Turn(

@@ -59,17 +59,26 @@ def parse_turn(text: str, *, think: bool = True, max_actions: int = 5) -> Parsed
 
 
 # ------------------------------------------------------------------ tool-calling turns
-#: A tool-calling turn: `<think>...</think>` (when thinking is on), then one or more
-#: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks, nothing else.
+#: A tool-calling turn: `<think>...</think>` (when thinking is on), then the calls in one of
+#: two syntaxes (the model's chat template decides which: `starpo.rollout.chat.call_syntax`):
+#: TAGGED, one or more `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks
+#: (Hermes, Qwen2.5, and the rendering for templates without tools); BARE_JSON, the reply is
+#: one JSON object `{"name": ..., "parameters": {...}}` (Llama 3.1's templates: one call a
+#: turn). Nothing else.
+TAGGED, BARE_JSON = "tagged", "json"
+CALL_SYNTAXES = (TAGGED, BARE_JSON)
 TOOL_TAGS = ("<tool_call>", "</tool_call>")
 _TOOL_CALL = re.compile(r"\s*<tool_call>(.*?)</tool_call>\s*", re.DOTALL)
 _THINK_REST = re.compile(r"\s*<think>(.*?)</think>(.*)", re.DOTALL)
 
 
-def parse_tool_turn(text: str, *, think: bool = True, max_calls: int = 5) -> ParsedTurn:
+def parse_tool_turn(
+    text: str, *, think: bool = True, max_calls: int = 5, syntax: str = TAGGED
+) -> ParsedTurn:
     """Parse a tool-calling turn: its reasoning and the text of each call (judged by the env,
     which reads the JSON: a call that is not valid JSON is an invalid action, not a broken
-    format). Never raises; anything but the structure above is malformed."""
+    format) in `syntax` (TAGGED or BARE_JSON). Never raises; anything but the structure
+    above is malformed."""
     if not isinstance(text, str):
         return MALFORMED
     thought, rest = "", text
@@ -80,6 +89,8 @@ def parse_tool_turn(text: str, *, think: bool = True, max_calls: int = 5) -> Par
         thought, rest = match.groups()
         if any(tag in thought for tag in (*TAGS, *TOOL_TAGS)):
             return MALFORMED
+    if syntax == BARE_JSON:
+        return _bare_json_call(thought, rest, max_calls)
     calls, position = [], 0
     while position < len(rest):
         match = _TOOL_CALL.match(rest, position)
@@ -99,3 +110,16 @@ def parse_tool_turn(text: str, *, think: bool = True, max_calls: int = 5) -> Par
         format_ok=bool(kept),
         num_dropped_actions=len(calls) - len(kept),
     )
+
+
+def _bare_json_call(thought: str, rest: str, max_calls: int) -> ParsedTurn:
+    """A BARE_JSON turn after its think block: the rest is one `{...}` (the env reads it)."""
+    body = rest.strip()
+    if not body:
+        return ParsedTurn(think=thought.strip(), actions=(), format_ok=False)
+    if not (body.startswith("{") and body.endswith("}")):
+        return MALFORMED  # text around the call
+    if any(tag in body for tag in (*TAGS, *TOOL_TAGS)):
+        return MALFORMED
+    kept = (body,) if max_calls > 0 else ()
+    return ParsedTurn(think=thought.strip(), actions=kept, format_ok=bool(kept))

@@ -20,6 +20,7 @@ import json
 from typing import Any
 
 from starpo.envs import TextEnv
+from starpo.rollout.parser import BARE_JSON, TAGGED
 
 SYSTEM_PROMPT = "You're a helpful assistant."
 
@@ -121,6 +122,11 @@ def generation_prefix(think: bool) -> str:
 # ------------------------------------------------------------------ tool-calling envs
 #: How the agent writes one call (the documented rendering, and Qwen2.5's own).
 TOOL_CALL_SHAPE = '<tool_call>{"name": [tool name], "arguments": {[arguments]}}</tool_call>'
+#: ... in each call syntax (`starpo.rollout.parser`; Llama 3.1's templates: bare JSON).
+CALL_SHAPES = {
+    TAGGED: TOOL_CALL_SHAPE,
+    BARE_JSON: '{"name": [tool name], "parameters": {[arguments]}}',
+}
 
 
 def tools_block(schemas: list[dict[str, Any]]) -> str:
@@ -140,12 +146,17 @@ def tool_system_prompt(schemas: list[dict[str, Any]], *, native: bool) -> str:
     return SYSTEM_PROMPT if native else f"{SYSTEM_PROMPT}\n{tools_block(schemas)}"
 
 
-def tool_format_instruction(*, think: bool, max_response_words: int, max_calls: int) -> str:
-    """The output-format reminder of a tool-calling turn."""
-    shape = f"<think> [Your thoughts] </think> {TOOL_CALL_SHAPE}" if think else TOOL_CALL_SHAPE
+def tool_format_instruction(
+    *, think: bool, max_response_words: int, max_calls: int, syntax: str = TAGGED
+) -> str:
+    """The output-format reminder of a tool-calling turn, calls in `syntax`."""
+    call = CALL_SHAPES[syntax]
+    shape = f"<think> [Your thoughts] </think> {call}" if think else call
+    calls = max_calls if syntax == TAGGED else 1  # bare JSON holds one call
     return (
-        f"Always output: {shape} with no extra text, up to {max_calls} tool calls a turn. "
-        f"Max response length: {max_response_words} words (tokens)."
+        f"Always output: {shape} with no extra text, up to {calls} tool "
+        f"call{'s' * (calls != 1)} a turn. Max response length: {max_response_words} words "
+        "(tokens)."
     )
 
 
@@ -157,26 +168,27 @@ def tool_task_message(
     calls_left: int,
     think: bool,
     max_response_words: int,
+    syntax: str = TAGGED,
 ) -> str:
     """The opening user message of a tool-calling episode: the task, the case (the env's
-    observation), the budget and the format."""
+    observation), the budget and the format (calls in `syntax`)."""
     reminder = tool_format_instruction(
-        think=think, max_response_words=max_response_words, max_calls=max_calls
+        think=think, max_response_words=max_response_words, max_calls=max_calls, syntax=syntax
     )
     return f"{env.instruction}\n{case}\nYou have {calls_left} tool calls left. {reminder}"
 
 
 def no_call_message(
-    *, think: bool, max_response_words: int, max_calls: int, calls_left: int
+    *, think: bool, max_response_words: int, max_calls: int, calls_left: int, syntax: str = TAGGED
 ) -> str:
     """The user message after a turn that made no well-formed tool call."""
     reminder = tool_format_instruction(
-        think=think, max_response_words=max_response_words, max_calls=max_calls
+        think=think, max_response_words=max_response_words, max_calls=max_calls, syntax=syntax
     )
     return f"Your reply made no tool call. You have {calls_left} tool calls left. {reminder}"
 
 
 def tool_generation_prefix(think: bool) -> str:
     """Text a tool-calling turn's prompt ends with: inside the think block, or nothing (the
-    agent opens its first <tool_call> itself, as it may make several)."""
+    agent opens its first call itself, as it may make several)."""
     return "<think>" if think else ""

@@ -14,13 +14,14 @@ as a real generation would:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
 from starpo.envs import make
 from starpo.errors import UserError
 from starpo.rollout.engine import RolloutEngine
-from starpo.rollout.parser import ACTION_SEPARATOR
+from starpo.rollout.parser import ACTION_SEPARATOR, TAGGED
 from starpo.types import Episode, Trajectory
 
 #: Turns of one record as generated token ids, or the reason it cannot be replayed.
@@ -58,18 +59,30 @@ def response_tokens(engine: RolloutEngine, text: str, finish_reason: str = "stop
 
 
 def solver_turn_text(
-    actions: Sequence[str], rationale: str | None, think: bool, tool_calls: bool = False
+    actions: Sequence[str], rationale: str | None, think: bool, call_syntax: str | None = None
 ) -> str:
     """A solver turn's text after the generation prefix, in the prompt's own layout
     ("<think> [Your thoughts] </think> <answer> [your answer] </answer>"): with think on
     ` {rationale} </think> <answer> A1 || A2 </answer>` after `<think>`, without
-    ` A1 || A2 </answer>` after `<answer>`. A tool-calling env's actions are calls:
-    ` {rationale} </think> <tool_call>{...}</tool_call>` (without think: from `<tool_call>`)."""
-    if tool_calls:
-        calls = " ".join(f"<tool_call>{call}</tool_call>" for call in actions)
+    ` A1 || A2 </answer>` after `<answer>`. A tool-calling env's actions are calls (their
+    canonical JSON texts), written in `call_syntax`: ` {rationale} </think>
+    <tool_call>{...}</tool_call>` (TAGGED; without think: from `<tool_call>`) or
+    ` {rationale} </think> {"name": ..., "parameters": {...}}` (BARE_JSON, one call)."""
+    if call_syntax is not None:
+        calls = " ".join(written_call(call, call_syntax) for call in actions)
         return f" {rationale} </think> {calls}" if think else calls
     answer = f" {f' {ACTION_SEPARATOR} '.join(actions)} </answer>"
     return f" {rationale} </think> <answer>{answer}" if think else answer
+
+
+def written_call(call: str, syntax: str) -> str:
+    """A call's canonical text (`{"name": ..., "arguments": ...}`) as `syntax` writes it."""
+    if syntax == TAGGED:
+        return f"<tool_call>{call}</tool_call>"
+    parsed = json.loads(call)
+    return json.dumps(
+        {"name": parsed["name"], "parameters": parsed["arguments"]}, ensure_ascii=False
+    )
 
 
 def rationales(episode: Episode, env_kwargs: dict[str, Any]) -> list[str | None]:
@@ -92,7 +105,8 @@ def episode_script(
     """A scripted policy's episode as turns of up to `actions_per_turn` actions, each turn
     with the env's rationales for its actions when thinking is on."""
     think = engine.settings.think
-    tool_calls = engine.tool_schemas is not None  # the replay set the engine to its env
+    # The replay set the engine to its env: a tool env's calls in the template's syntax.
+    syntax = engine.chat.call_syntax if engine.tool_schemas is not None else None
     reasons = rationales(episode, env_kwargs) if think else [None] * len(episode.steps)
     if think and any(r is None for r in reasons):
         return "the env gives no rationale for a move (not the solver's?)"
@@ -101,7 +115,7 @@ def episode_script(
     for first in range(0, len(actions), actions_per_turn):
         chunk = slice(first, first + actions_per_turn)
         rationale = " ".join(r for r in reasons[chunk] if r) if think else None
-        text = solver_turn_text(actions[chunk], rationale, think, tool_calls)
+        text = solver_turn_text(actions[chunk], rationale, think, syntax)
         script.append(response_tokens(engine, text))
     return script
 
