@@ -4,6 +4,7 @@ chat pieces of templates with and without their own tool layout."""
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -222,8 +223,13 @@ QWEN_LIKE = (
 SCHEMAS = LedgerEnv.tool_schemas()
 
 
+def own_tokenizer():
+    """A copy of the (cached, shared) tokenizer, for a test that changes its chat template."""
+    return copy.deepcopy(load_tokenizer())
+
+
 def test_a_template_that_lays_out_tools_itself_is_used_natively():
-    tokenizer = load_tokenizer()
+    tokenizer = own_tokenizer()
     tokenizer.chat_template = QWEN_LIKE
     pieces = read_tool_pieces(tokenizer, SCHEMAS)
     assert pieces.native
@@ -234,7 +240,7 @@ def test_a_template_that_lays_out_tools_itself_is_used_natively():
 
 
 def test_a_template_without_a_tool_role_gets_results_as_a_user_message():
-    tokenizer = load_tokenizer()
+    tokenizer = own_tokenizer()
     tokenizer.chat_template = (
         "{% for m in messages %}{% if m.role not in ['system', 'user', 'assistant'] %}"
         "{{ raise_exception('unknown role') }}{% endif %}"
@@ -363,7 +369,7 @@ def test_a_template_with_bare_json_calls_gets_them_natively(scripted_backend):
     from starpo.rollout.chat import call_syntax
     from starpo.rollout.parser import BARE_JSON, TAGGED
 
-    tokenizer = load_tokenizer()
+    tokenizer = own_tokenizer()
     assert call_syntax(tokenizer, SCHEMAS) == TAGGED  # SmolLM2's own template
     tokenizer.chat_template = QWEN_LIKE
     assert call_syntax(tokenizer, SCHEMAS) == TAGGED  # renders calls as <tool_call> blocks
@@ -428,7 +434,7 @@ def test_gold_calls_replay_in_a_bare_json_template():
     from starpo.sft.replay import replay_records
     from starpo.sft.run import gather_records
 
-    tokenizer = load_tokenizer()
+    tokenizer = own_tokenizer()
     tokenizer.chat_template = LLAMA_LIKE
     records = gather_records([], from_solver=2, env_id="invoice").records
     settings = EpisodeSettings(max_turns=10, max_actions_per_traj=12, max_new_tokens=128)

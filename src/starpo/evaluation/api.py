@@ -29,6 +29,7 @@ from starpo.envs.tools import is_tool_env
 from starpo.errors import UserError
 from starpo.rollout import prompts
 from starpo.rollout.engine import RolloutEngine, _Episode, close_envs
+from starpo.rollout.parser import TAGGED
 from starpo.types import Trajectory
 
 #: Sent as the key when its environment variable is unset (servers without auth).
@@ -120,6 +121,10 @@ class ApiPlayer(RolloutEngine):
     @property
     def system_prompt(self) -> str:
         return prompts.SYSTEM_PROMPT  # the tools travel as the request's `tools`
+
+    @property
+    def call_syntax(self) -> str:
+        return TAGGED  # the API's native calls become <tool_call> blocks (`_tool_reply`)
 
     def run(
         self,

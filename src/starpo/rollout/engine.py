@@ -196,10 +196,15 @@ class RolloutEngine:
         # One call a turn ends at its </tool_call> (what follows would be ignored); with
         # several, the model ends its reply itself.
         one_call = self.settings.stop_at_answer and self.settings.max_actions_per_turn == 1
-        tagged = self.chat.call_syntax == TAGGED  # a bare JSON call ends with the reply
+        tagged = self.call_syntax == TAGGED  # a bare JSON call ends with the reply
         self.stop_texts = TOOL_CALL_CLOSE_VARIANTS if one_call and tagged else ()
         stops = tuple(tuple(self.chat.encode(text)) for text in self.stop_texts)
         self.params = replace(self.answer_params, stop_sequences=stops)
+
+    @property
+    def call_syntax(self) -> str:
+        """How this run's agent writes its tool calls: its chat template's syntax."""
+        return self.chat.call_syntax
 
     @property
     def system_prompt(self) -> str:
@@ -318,7 +323,7 @@ class RolloutEngine:
                 max_response_words=s.max_response_words,
                 max_calls=s.max_actions_per_turn,
                 calls_left=self._actions_left(episode),
-                syntax=self.chat.call_syntax,
+                syntax=self.call_syntax,
             )
         else:
             user = prompts.next_user_message(
@@ -347,7 +352,7 @@ class RolloutEngine:
                 calls_left=actions_left,
                 think=s.think,
                 max_response_words=s.max_response_words,
-                syntax=self.chat.call_syntax,
+                syntax=self.call_syntax,
             )
         return prompts.first_user_message(
             episode.env,
@@ -404,7 +409,7 @@ class RolloutEngine:
         s, traj = self.settings, episode.trajectory
         if self.tool_schemas is not None:  # this run's env takes tool calls (`use_env`)
             parsed = parse_tool_turn(
-                text, think=s.think, max_calls=s.max_actions_per_turn, syntax=self.chat.call_syntax
+                text, think=s.think, max_calls=s.max_actions_per_turn, syntax=self.call_syntax
             )
         else:
             parsed = parse_turn(text, think=s.think, max_actions=s.max_actions_per_turn)
