@@ -358,7 +358,7 @@ LLAMA_LIKE = (
 
 
 def _llama_call(name: str, arguments: dict[str, Any]) -> str:
-    return json.dumps({"name": name, "parameters": arguments})
+    return call_text(name, arguments, key="parameters")
 
 
 def test_a_template_with_bare_json_calls_gets_them_natively(scripted_backend):

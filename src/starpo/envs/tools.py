@@ -82,9 +82,10 @@ class ToolCall:
         return call_text(self.name, self.arguments)
 
 
-def call_text(name: str, arguments: Mapping[str, Any]) -> str:
-    """`{"name": ..., "arguments": {...}}` as one line of JSON."""
-    return json.dumps({"name": name, "arguments": dict(arguments)}, ensure_ascii=False)
+def call_text(name: str, arguments: Mapping[str, Any], key: str = "arguments") -> str:
+    """`{"name": ..., "arguments": {...}}` as one line of JSON (`key`: the arguments' key,
+    one of ARGUMENT_KEYS)."""
+    return json.dumps({"name": name, key: dict(arguments)}, ensure_ascii=False)
 
 
 #: The keys a call may hold its arguments under (OpenAI and Hermes: "arguments"; Llama 3.1:

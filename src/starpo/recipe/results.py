@@ -79,13 +79,16 @@ def format_results(results: dict[str, Any]) -> str:
             f"{labels[name]:<{width}}{row['num_episodes']:>9}{row['success']:>9.1%}  "
             f"{interval:<17}{row['format_ok']:>10.1%}"
         )
+    held = " (held-out)"
     for name, rl in rows.items():
+        if not name.startswith("SFT + "):
+            continue
         # "SFT + GRPO" against "SFT", "SFT + GRPO (held-out)" against "SFT (held-out)".
-        method, held, cases = name[len("SFT + ") :], " (held-out)", ""
+        method, cases = name[len("SFT + ") :], ""
         if method.endswith(held):
             method, cases = method[: -len(held)], held
         sft = rows.get(f"SFT{cases}")
-        if sft is None or not name.startswith("SFT + "):
+        if sft is None:
             continue
         gain = rl["success"] - sft["success"]
         on = ", held-out cases" if cases else ""

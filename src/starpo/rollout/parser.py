@@ -66,7 +66,6 @@ def parse_turn(text: str, *, think: bool = True, max_actions: int = 5) -> Parsed
 #: one JSON object `{"name": ..., "parameters": {...}}` (Llama 3.1's templates: one call a
 #: turn). Nothing else.
 TAGGED, BARE_JSON = "tagged", "json"
-CALL_SYNTAXES = (TAGGED, BARE_JSON)
 TOOL_TAGS = ("<tool_call>", "</tool_call>")
 _TOOL_CALL = re.compile(r"\s*<tool_call>(.*?)</tool_call>\s*", re.DOTALL)
 _THINK_REST = re.compile(r"\s*<think>(.*?)</think>(.*)", re.DOTALL)

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from starpo.envs import make
+from starpo.envs.tools import call_text
 from starpo.errors import UserError
 from starpo.rollout.engine import RolloutEngine
 from starpo.rollout.parser import ACTION_SEPARATOR, TAGGED
@@ -80,9 +81,7 @@ def written_call(call: str, syntax: str) -> str:
     if syntax == TAGGED:
         return f"<tool_call>{call}</tool_call>"
     parsed = json.loads(call)
-    return json.dumps(
-        {"name": parsed["name"], "parameters": parsed["arguments"]}, ensure_ascii=False
-    )
+    return call_text(parsed["name"], parsed["arguments"], key="parameters")
 
 
 def rationales(episode: Episode, env_kwargs: dict[str, Any]) -> list[str | None]:
@@ -106,7 +105,7 @@ def episode_script(
     with the env's rationales for its actions when thinking is on."""
     think = engine.settings.think
     # The replay set the engine to its env: a tool env's calls in the template's syntax.
-    syntax = engine.chat.call_syntax if engine.tool_schemas is not None else None
+    syntax = engine.call_syntax if engine.tool_schemas is not None else None
     reasons = rationales(episode, env_kwargs) if think else [None] * len(episode.steps)
     if think and any(r is None for r in reasons):
         return "the env gives no rationale for a move (not the solver's?)"
