@@ -26,12 +26,16 @@ Then `results.json` (a row per arm and seed: `collapse_step` by `diagnostics.out
 definition, best and final validation success, the detector's first alert, steps and
 minutes; the median per arm) and `starpo report` figures per seed (validation success,
 in-group reward std, entropy, gradient norm and the detector's alerts, arm against arm).
+`--export DIR` copies what a results page cites into DIR (results.json, the figures, and
+each run's config, alerts and gzipped metrics), leaving checkpoints and trajectories out.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -155,6 +159,33 @@ def summarise(out: Path, seeds: list[int]) -> dict:
     }
 
 
+def export(out: Path, dest: Path, seeds: list[int]) -> list[Path]:
+    """Copy the summary, the per-seed figures and each run's config, alerts and metrics
+    (gzipped: ~20x smaller) from `out` into `dest`; returns the files written."""
+    dest.mkdir(parents=True, exist_ok=True)
+    written = []
+    if (out / "results.json").exists():
+        written.append(Path(shutil.copy2(out / "results.json", dest / "results.json")))
+    for seed in seeds:
+        for figure in sorted((out / f"report-seed{seed}").glob("*.png")):
+            target = dest / f"report-seed{seed}" / figure.name
+            target.parent.mkdir(exist_ok=True)
+            written.append(Path(shutil.copy2(figure, target)))
+        for arm in ARMS:
+            folder = run_dir(out, arm, seed)
+            if not (folder / "metrics.jsonl").exists():
+                continue
+            name = folder.name
+            metrics = dest / f"{name}-metrics.jsonl.gz"
+            with open(folder / "metrics.jsonl", "rb") as src, gzip.open(metrics, "wb") as gz:
+                shutil.copyfileobj(src, gz)
+            written.append(metrics)
+            for part in ("config.yaml", "alerts.jsonl"):
+                if (folder / part).exists():
+                    written.append(Path(shutil.copy2(folder / part, dest / f"{name}-{part}")))
+    return written
+
+
 def print_table(results: dict) -> None:
     head = (
         f"{'collapse':>10}{'best':>8}{'final':>8}{'1st alert':>11}{'detector':>10}"
@@ -190,6 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--parallel", action="store_true", help="start every run at once (a GPU holds them all)"
     )
+    parser.add_argument(
+        "--export", type=Path, metavar="DIR",
+        help="then copy results.json, figures and each run's config, alerts and metrics here",
+    )  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="dotted overrides for every run")
     args = parser.parse_args(argv)
     runs = [(arm, seed) for seed in args.seeds for arm in args.arms]
@@ -209,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
         if folders:
             report = [sys.executable, "-m", "starpo", "report", *folders]
             subprocess.run([*report, "--out", str(args.out / f"report-seed{seed}")], check=False)
+    if args.export:
+        written = export(args.out, args.export, args.seeds)
+        print(f"exported {len(written)} files to {args.export}")
     return 0
 
 

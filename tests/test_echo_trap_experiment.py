@@ -1,0 +1,72 @@
+"""experiments/echo_trap.py: a run's row from its folder, and the export a results page cites."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+from pathlib import Path
+
+_SPEC = importlib.util.spec_from_file_location(
+    "echo_trap", Path(__file__).parents[1] / "experiments" / "echo_trap.py"
+)
+echo_trap = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(echo_trap)
+
+
+def _fake_run(out: Path, arm: str, seed: int, val: dict[int, float], rollbacks: int = 0) -> Path:
+    """A run folder as `starpo train` leaves it: metrics every step, validation every 5."""
+    folder = echo_trap.run_dir(out, arm, seed)
+    folder.mkdir(parents=True)
+    records = []
+    for step in range(max(val) + 1):
+        record = {"step": step, "actor/entropy": 1.0 / (step + 1), "perf/train_minutes": step / 6}
+        record["diagnostics/rollbacks"] = rollbacks if step >= 40 else 0
+        if step in val:
+            record["val/bandit/success"] = val[step]
+        records.append(record)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    alerts = [
+        {"step": 30, "rule": "entropy", "severity": "warning", "state": "warning"},
+        {"step": 45, "rule": "reward_collapse", "severity": "collapse", "state": "collapse"},
+    ]
+    (folder / "alerts.jsonl").write_text("".join(json.dumps(a) + "\n" for a in alerts))
+    (folder / "config.yaml").write_text(f"trainer:\n  seed: {seed}\n")
+    return folder
+
+
+def test_a_rows_collapse_alerts_and_rollbacks_come_from_its_folder(tmp_path):
+    val = {0: 0.1, 10: 0.9, 20: 1.0, 30: 0.95, 40: 0.5, 50: 0.52}
+    _fake_run(tmp_path, "starpo-s-rollback", 1, val, rollbacks=1)
+    _fake_run(tmp_path, "starpo-s", 1, {0: 0.1, 10: 0.6, 20: 0.7})
+    rows = echo_trap.summarise(tmp_path, [1])["rows"]
+    lost = rows["starpo-s-rollback seed 1"]
+    assert lost["collapse_step"] == 40  # 50 points under its best and staying there
+    assert (lost["best_success"], lost["final_success"]) == (1.0, 0.52)
+    assert (lost["first_alert_step"], lost["detector_collapse_step"]) == (30, 45)
+    assert (lost["rollbacks"], lost["steps"]) == (1, 50)
+    held = rows["starpo-s seed 1"]
+    assert held["collapse_step"] is None and held["rollbacks"] == 0
+
+
+def test_export_copies_summary_figures_and_each_runs_files_gzipped(tmp_path):
+    out, dest = tmp_path / "runs", tmp_path / "docs"
+    folder = _fake_run(out, "starpo-s", 2, {0: 0.1, 5: 0.4})
+    (out / "results.json").write_text("{}")
+    (out / "report-seed2").mkdir()
+    (out / "report-seed2" / "compare.png").write_bytes(b"png")
+    (folder / "checkpoints").mkdir()  # left out: only what a results page cites
+
+    written = echo_trap.export(out, dest, [2])
+
+    names = sorted(str(p.relative_to(dest)) for p in written)
+    assert names == [
+        "report-seed2/compare.png",
+        "results.json",
+        "starpo-s-seed2-alerts.jsonl",
+        "starpo-s-seed2-config.yaml",
+        "starpo-s-seed2-metrics.jsonl.gz",
+    ]
+    with gzip.open(dest / "starpo-s-seed2-metrics.jsonl.gz", "rt") as gz:
+        assert gz.read() == (folder / "metrics.jsonl").read_text()
+    assert not (dest / "checkpoints").exists()
