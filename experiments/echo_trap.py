@@ -13,7 +13,9 @@ only as its arm says:
 - `vanilla-grpo`: RAGEN's vanilla StarPO with GRPO: every group trained, KL 0.001 to the
   reference model, clip 0.2 / 0.2;
 - `vanilla-ppo`: the same with PPO: a critic and GAE instead of group-normalised returns;
-- `starpo-s-rollback` (only with `--arms`): StarPO-S with `trainer.on_collapse=rollback`.
+- `starpo-s-rollback` (only with `--arms`): StarPO-S with `trainer.on_collapse=rollback`;
+- `starpo-s-no-std` (only with `--arms`): StarPO-S with advantages only centred in their
+  group (`algorithm.norm_by_std=false`, Dr. GRPO's change).
 
 Each arm makes one optimizer update per step (its mini-batch is all it trains: 16
 trajectories for StarPO-S, 64 for vanilla), so the arms differ in what the paper's StarPO-S
@@ -56,6 +58,10 @@ ARMS = {
     # StarPO-S that rolls back when the detector calls collapse (to the last checkpoint
     # saved while it said healthy, at half the learning rate): does that rescue the run?
     "starpo-s-rollback": ["trainer.on_collapse=rollback"],
+    # StarPO-S whose GRPO advantages are only centred, not divided by the group's reward std
+    # (Dr. GRPO): once a group's replies agree, the std division keeps its update full-size
+    # however small the reward difference; is that what drives the late collapse?
+    "starpo-s-no-std": ["algorithm.norm_by_std=false"],
 }
 PAPER_ARMS = ["starpo-s", "vanilla-grpo", "vanilla-ppo"]  # the default: RAGEN's comparison
 COMMON = ["trainer.stop_at_success=null", "trainer.save_every=5", "trainer.val_every=5"]
@@ -100,7 +106,7 @@ def summarise_run(folder: Path, env: str) -> dict:
     curves = metric_curves(records)
     steps, success = curves.get(f"val/{env}/success", ([], []))
     alerts = [a for a in read_alerts(folder, skip_broken=True) if a.get("severity") != "info"]
-    called = [a["step"] for a in alerts if a.get("state") == "collapse"]
+    called = sorted({a["step"] for a in alerts if a.get("state") == "collapse"})
     minutes = curves.get("perf/train_minutes", ([], [0.0]))[1]
     last = records[-1] if records else {}
     return {
@@ -110,6 +116,7 @@ def summarise_run(folder: Path, env: str) -> dict:
         "first_alert_step": alerts[0]["step"] if alerts else None,
         "first_alert_rule": alerts[0].get("rule") if alerts else None,
         "detector_collapse_step": called[0] if called else None,
+        "detector_collapse_steps": called,  # with rollback: each call rolled the run back
         "rollbacks": int(last.get("diagnostics/rollbacks") or 0),
         "final_entropy": last.get("actor/entropy"),
         "final_in_group_std": last.get("rollout/in_group_std"),

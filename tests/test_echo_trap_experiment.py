@@ -45,6 +45,7 @@ def test_a_rows_collapse_alerts_and_rollbacks_come_from_its_folder(tmp_path):
     assert (lost["best_success"], lost["final_success"]) == (1.0, 0.52)
     assert (lost["first_alert_step"], lost["detector_collapse_step"]) == (30, 45)
     assert (lost["rollbacks"], lost["steps"]) == (1, 50)
+    assert lost["detector_collapse_steps"] == [45]
     held = rows["starpo-s seed 1"]
     assert held["collapse_step"] is None and held["rollbacks"] == 0
 
