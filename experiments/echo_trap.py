@@ -28,8 +28,9 @@ Then `results.json` (a row per arm and seed: `collapse_step` by `diagnostics.out
 definition, best and final validation success, the detector's first alert, steps and
 minutes; the median per arm) and `starpo report` figures per seed (validation success,
 in-group reward std, entropy, gradient norm and the detector's alerts, arm against arm).
-`--export DIR` copies what a results page cites into DIR (results.json, the figures, and
-each run's config, alerts and gzipped metrics), leaving checkpoints and trajectories out.
+`--export DIR` copies what a results page cites into DIR (results.json, each seed's
+`compare.png`, and each run's config, alerts and gzipped metrics), leaving checkpoints and
+trajectories out.
 """
 
 from __future__ import annotations
@@ -167,17 +168,19 @@ def summarise(out: Path, seeds: list[int]) -> dict:
 
 
 def export(out: Path, dest: Path, seeds: list[int]) -> list[Path]:
-    """Copy the summary, the per-seed figures and each run's config, alerts and metrics
-    (gzipped: ~20x smaller) from `out` into `dest`; returns the files written."""
+    """Copy the summary, each seed's arm-against-arm figure (`compare.png`: every curve
+    in one figure; the single-metric ones are ~1 MB more a seed) and each run's config,
+    alerts and metrics (gzipped: ~10x smaller) from `out` into `dest`; returns the files
+    written."""
     dest.mkdir(parents=True, exist_ok=True)
     written = []
     if (out / "results.json").exists():
         written.append(Path(shutil.copy2(out / "results.json", dest / "results.json")))
     for seed in seeds:
-        for figure in sorted((out / f"report-seed{seed}").glob("*.png")):
-            target = dest / f"report-seed{seed}" / figure.name
-            target.parent.mkdir(exist_ok=True)
-            written.append(Path(shutil.copy2(figure, target)))
+        figure = out / f"report-seed{seed}" / "compare.png"
+        if figure.exists():
+            (dest / figure.parent.name).mkdir(exist_ok=True)
+            written.append(Path(shutil.copy2(figure, dest / figure.parent.name / figure.name)))
         for arm in ARMS:
             folder = run_dir(out, arm, seed)
             if not (folder / "metrics.jsonl").exists():

@@ -56,6 +56,7 @@ def test_export_copies_summary_figures_and_each_runs_files_gzipped(tmp_path):
     (out / "results.json").write_text("{}")
     (out / "report-seed2").mkdir()
     (out / "report-seed2" / "compare.png").write_bytes(b"png")
+    (out / "report-seed2" / "entropy.png").write_bytes(b"png")  # in compare.png already
     (folder / "checkpoints").mkdir()  # left out: only what a results page cites
 
     written = echo_trap.export(out, dest, [2])
