@@ -1,12 +1,15 @@
 """Speed of the trainer's update (`ppo_update`) against the CPU's matmul peak.
 
     python bench/bench_update.py [--repeats 3] [--dtype fp32|bf16|both] [--recompute]
-                                 [--cases demo,trl,sokoban] [--profile]
+                                 [--cases demo,trl,sokoban,ppo] [--profile]
                                  [--set KEY=VALUE ...] [--compare KEY=VALUE ...]
+                                 [--compare-critic]
 
 `--set` overrides every case's config (e.g. rollout.format_every_turn=false);
 `--compare` runs each case a second time with these overrides added, side by side in the
-same run, and prints the ratio of the two update times.
+same run, and prints the ratio of the two update times. `--compare-critic` runs each case
+again with the critic as it ran before 2026-12-05 (every padded row through its backbone
+whole, values at every token) and prints the same ratio (cases with a critic: ppo).
 
 Three cases on the real default model (SmolLM2-135M-Instruct), built from trajectories with
 the project's own helpers (the rollout engine with a scripted backend, `build_batch`):
@@ -19,7 +22,10 @@ the project's own helpers (the rollout engine with a scripted backend, `build_ba
 - sokoban: the `cpu-sokoban-sft-starpo-s` update: GRPO, the 2 groups x 8 dialogues the
   StarPO-S filter keeps, one mini-batch of 16, micro-batches of 8 (one group each), up to
   10 turns of one action, no think block, replayed solver and random moves (see
-  bench/update_cases.py); it also prints a "where the time goes" table.
+  bench/update_cases.py); it also prints a "where the time goes" table;
+- ppo: the vanilla PPO arm of `experiments/echo_trap.py` on the bandit: all 8 groups x 8
+  trajectories, a critic (GAE), KL 0.001 to a reference, one mini-batch of 64, the
+  preset's micro-batches of 16 (2 groups each).
 
 FLOPs are counted exactly from the shapes the update computes (not 6 x parameters x
 tokens) by the trainer's own rule, `starpo.compute.flops` (the figure `starpo train` logs
@@ -40,6 +46,7 @@ passes (padding included), agent tokens/s the loss-masked ones.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -65,7 +72,7 @@ from starpo.rollout.chat import ChatTokens  # noqa: E402
 from starpo.rollout.prompts import SYSTEM_PROMPT  # noqa: E402
 from starpo.trainer import prepare, update  # noqa: E402
 from starpo.trainer.optim import build_optimizers  # noqa: E402
-from starpo.trainer.train_models import build_models  # noqa: E402
+from starpo.trainer.train_models import ValueModel, build_models  # noqa: E402
 from starpo.trainer.update_settings import UpdateSettings
 from starpo.types import Trajectory, Turn  # noqa: E402
 from update_cases import (  # noqa: E402
@@ -176,7 +183,43 @@ CASES = {
         lambda cfg, tok: long_trajectories(tok, rows=8, prompt_tokens=110, response_tokens=64),
     ),
     "sokoban": Case("sokoban", {}, sokoban_trajectories, SOKOBAN_PRESET),
+    "ppo": Case(
+        "ppo",
+        {
+            "filter.enabled": "false",
+            "algorithm.adv_estimator": "gae",
+            "algorithm.kl_coef": "0.001",
+            "algorithm.clip_high": "0.2",
+            "optim.mini_batch_size": "64",
+        },
+        lambda cfg, tok: demo_trajectories(cfg, tok, cfg.groups_kept_per_step),
+    ),
 }
+
+
+def whole_row_values(critic: ValueModel, batch: TrainBatch) -> torch.Tensor:
+    """The critic's forward before 2026-12-05, for `--compare-critic`: every padded row
+    through the backbone whole, the head at every token, shifted one to the right."""
+    out = critic.backbone(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
+    )
+    with torch.autocast(out.last_hidden_state.device.type, enabled=False):
+        values = critic.value_head(out.last_hidden_state.float()).squeeze(-1)
+    return torch.cat([values[:, :1] * 0, values[:, :-1]], dim=1)
+
+
+@contextlib.contextmanager
+def critic_forward(whole_rows: bool):
+    """`ValueModel.forward` as it is, or (`whole_rows`) as `whole_row_values` ran it."""
+    if not whole_rows:
+        yield
+        return
+    original = ValueModel.forward
+    ValueModel.forward = whole_row_values
+    try:
+        yield
+    finally:
+        ValueModel.forward = original
 
 
 # --------------------------------------------------------------------- FLOPs
@@ -387,6 +430,11 @@ def parse_args() -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="run each case again with these overrides too, side by side",
     )
+    parser.add_argument(
+        "--compare-critic",
+        action="store_true",
+        help="run each case again with the critic's old forward (each row whole), side by side",
+    )
     parser.add_argument("--profile-rows", type=int, default=25)
     return parser.parse_args()
 
@@ -414,11 +462,14 @@ def main() -> None:
             if args.profile:
                 profile_case(CASES[name], model, tokenizer, dtype, args)
                 continue
-            variants = [("", args.set)]
+            variants = [("", args.set, False)]
             if args.compare:
-                variants.append((" + " + " ".join(args.compare), [*args.set, *args.compare]))
-            for label, extra in variants:
-                result = run_case(CASES[name], model, tokenizer, dtype, args, extra)
+                variants.append((" + " + " ".join(args.compare), [*args.set, *args.compare], False))
+            if args.compare_critic:
+                variants.append((" + whole-row critic", args.set, True))
+            for label, extra, whole_rows in variants:
+                with critic_forward(whole_rows):
+                    result = run_case(CASES[name], model, tokenizer, dtype, args, extra)
                 results.append((name + label, dtype, result))
     if not results:
         return
@@ -440,6 +491,15 @@ def main() -> None:
     for name, dtype, result in results:
         if " + " in name:  # the --compare variant: against the same case without it
             base = by_name[(name.split(" + ")[0], dtype)]
+            if name.endswith(" + whole-row critic"):  # the old way: the ratio the other way
+                new = base["seconds"] + base["prepare"]
+                old = result["seconds"] + result["prepare"]
+                print(
+                    f"\n[{name.split(' + ')[0]}, {dtype}] update + prepare with the critic as the "
+                    f"actor runs: {new:.3f} s against {old:.3f} s with each row whole: "
+                    f"{old / new:.2f}x faster"
+                )
+                continue
             print(
                 f"\n[{name}, {dtype}] update {result['seconds']:.3f} s against "
                 f"{base['seconds']:.3f} s: {base['seconds'] / result['seconds']:.2f}x faster; "

@@ -9,7 +9,7 @@ import torch
 
 from starpo.compute.batch import build_batch
 from starpo.compute.forward import policy_logprobs
-from starpo.compute.segments import segment_ids, shift_within_parts, split_parts
+from starpo.compute.segments import segment_ids, split_parts
 from starpo.config.episode import EpisodeSettings
 from starpo.errors import UserError
 from starpo.models import load_tokenizer
@@ -135,8 +135,6 @@ def test_segment_ids_and_parts_as_rows_of_their_own():
     flat = parts.ids.flatten()
     assert torch.equal(flat[parts.index[:, :5]], tokens[:, :5])  # every real token read back
     assert flat[parts.index[0, 5]] == 14  # padding reads its row's last token
-    values = torch.arange(1.0, 19.0).view(3, 6)
-    assert shift_within_parts(values)[:, :3].tolist() == [[0, 1, 2], [0, 7, 8], [0, 13, 14]]
 
 
 def _run_tiny(tiny, window: str, backend_class=HFBackend, seed: int = 0) -> list[Trajectory]:
@@ -205,12 +203,18 @@ def test_critic_values_of_a_row_of_several_parts_are_each_parts_own(tiny):
     torch.nn.init.normal_(critic.value_head.weight, std=0.1)  # zero-initialised otherwise
     trajectories = _run_tiny(tiny, "single_turn", seed=4)
     batch = build_batch(trajectories, tokenizer.pad_token_id, per_turn_rewards=False)
+    assert batch.segment_ids is not None  # rows of several parts
     with torch.no_grad():
-        joined = critic(batch.input_ids, batch.attention_mask, batch.segment_ids)
+        joined = critic(batch) * batch.loss_mask
         for row, traj in enumerate(trajectories):
             starts = [0, *traj.context_resets]
             for a, b in zip(starts, [*traj.context_resets, len(traj.token_ids)], strict=True):
-                own = critic(torch.tensor([traj.token_ids[a:b]]), torch.ones(1, b - a))
+                alone = Trajectory(env_id=traj.env_id, seed=traj.seed, group=0)
+                alone.token_ids = traj.token_ids[a:b]
+                alone.loss_mask = traj.loss_mask[a:b]
+                alone.logprobs = traj.logprobs[a:b]
+                single = build_batch([alone], tokenizer.pad_token_id, per_turn_rewards=False)
+                own = critic(single) * single.loss_mask
                 torch.testing.assert_close(joined[row, a:b], own[0], atol=1e-5, rtol=0)
 
 

@@ -168,9 +168,10 @@ def test_lora_and_critic_passes_count_what_they_train(model):
     full = flops.training_pass(model, batch)
     frozen = flops.training_pass(model, batch, factor=flops.WITH_FROZEN_BACKWARD)
     assert frozen.flops == pytest.approx(full.flops * 2 / 3)
-    critic = flops.critic_pass(model.get_decoder(), batch)
-    rows, width = batch.input_ids.shape
-    assert critic.tokens == rows * width and critic.head_rows == 0
+    critic = flops.critic_pass(model.get_decoder(), batch)  # the decoder as the actor runs it
+    assert critic.tokens == full.tokens and critic.head_rows == 0
+    head = flops.head_flops(flops.model_shape(model), full.head_rows)
+    assert critic.flops == pytest.approx(full.flops - flops.WITH_BACKWARD * head)
 
 
 def test_a_model_of_unknown_shape_is_not_counted():

@@ -47,7 +47,7 @@ def _actor_loss(models: TrainModels, batch: TrainBatch) -> torch.Tensor:
 
 
 def _critic_loss(models: TrainModels, batch: TrainBatch) -> torch.Tensor:
-    values = models.critic(batch.input_ids, batch.attention_mask)
+    values = models.critic(batch)
     return (values * batch.loss_mask).square().sum()
 
 

@@ -196,19 +196,12 @@ def detached_context_pass(
 def critic_pass(
     backbone: nn.Module, batch: TrainBatch, factor: int = WITH_BACKWARD
 ) -> PassSize | None:
-    """FLOPs of a critic's forward (`ValueModel`: its backbone on the whole padded rows;
-    the 1-wide value head is negligible), times `factor`."""
+    """FLOPs of a critic's forward (`ValueModel`: its backbone as `forward.hidden_at` runs
+    it; the 1-wide value head is negligible), times `factor`."""
     shape = model_shape(backbone)
     if shape is None:
         return None
-    rows, width = batch.input_ids.shape
-    tails = torch.full((rows,), width)
-    size = PassSize(
-        decoder_flops(shape, rows * width, causal_pairs(0, tails)),
-        rows * width,
-        int(batch.attention_mask.sum()),
-    )
-    return size.times(factor)
+    return decoder_pass(backbone, shape, batch).times(factor)
 
 
 # ------------------------------------------------------------------------- peak

@@ -70,9 +70,3 @@ def split_parts(
         if b == lengths[row]:  # the row's padding reads its last token
             index[row, b:] = part * longest + b - a - 1
     return Parts(ids, mask, index.to(device))
-
-
-def shift_within_parts(values: torch.Tensor) -> torch.Tensor:
-    """(P, L) per-token outputs moved one position right inside each part (0 first): the
-    value of the state before token t is the output at t - 1 of the same sequence."""
-    return torch.cat([values[:, :1] * 0, values[:, :-1]], dim=1)

@@ -158,9 +158,7 @@ def prepare(
             metrics["actor/reward_kl"] = float(masked_mean(kl, batch.loss_mask))
     if models.critic is not None:
         with autocast():
-            values = map_rows(
-                batch, chunk, lambda b: models.critic(b.input_ids, b.attention_mask, b.segment_ids)
-            )
+            values = map_rows(batch, chunk, models.critic)
         batch.old_values = values * batch.loss_mask
     inputs = AdvantageInputs(
         mask=batch.loss_mask,

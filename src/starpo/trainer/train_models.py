@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from starpo.compute.activation_checkpointing import enable_gradient_checkpointing
-from starpo.compute.forward import gather_rows
-from starpo.compute.segments import shift_within_parts, split_parts
+from starpo.compute.batch import TrainBatch
+from starpo.compute.forward import hidden_at
 from starpo.config import LoraConfig, TrainConfig
 from starpo.errors import UserError
 from starpo.models.precision import Precision, apply_master_weights
@@ -29,29 +29,24 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        segments: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Values (B, T): entry t is the value of the state before token t is generated.
-        `segments`: `TrainBatch.segment_ids` of rows that hold several sequences, each run
-        as a row of its own (`compute.segments`)."""
-        if segments is None:
-            return shift_within_parts(self._values(input_ids, attention_mask))
-        parts = split_parts(input_ids, attention_mask, segments)
-        values = shift_within_parts(self._values(parts.ids, parts.attention_mask))
-        return gather_rows(values.flatten(), parts.index)
+    def forward(self, batch: TrainBatch) -> torch.Tensor:
+        """Values (B, T) of the batch's agent tokens: entry t is the value of the state
+        before token t is generated (the head on the final hidden state at t - 1); 0 at
+        the positions no row trains on, which every reader masks out.
 
-    def _values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """The value head on each token's final hidden state (B, T), unshifted."""
-        # No KV cache: nothing reads it, and it would only hold memory until backward.
-        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-        hidden = out[0]  # (B, T, H)
+        The backbone runs as the actor's does (`forward.hidden_at`): a prompt that several
+        rows share is encoded once (packed, or through a KV cache), rows of several
+        sequences run part by part, and only the positions read reach the head. Running
+        every padded row whole cost a PPO update on the bandit ~50x the actor's FLOPs.
+        """
+        targets = torch.nonzero(batch.loss_mask.any(dim=0)).squeeze(1)
+        targets = targets[targets > 0]  # token 0 has no state before it
+        hidden = hidden_at(self.backbone, batch, targets - 1)  # (B, K, H)
         # The head runs in fp32 even under autocast: values are regression targets' scale.
         with torch.autocast(hidden.device.type, enabled=False):
-            return self.value_head(hidden.float()).squeeze(-1)  # (B, T)
+            read = self.value_head(hidden.float()).squeeze(-1)  # (B, K)
+        values = torch.zeros(batch.loss_mask.shape, dtype=read.dtype, device=read.device)
+        return values.index_copy(1, targets, read)
 
 
 @dataclass

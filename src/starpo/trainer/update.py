@@ -134,7 +134,7 @@ def critic_loss(
     models: TrainModels, micro: TrainBatch, algo: AlgorithmConfig, count: float | None = None
 ) -> tuple[torch.Tensor, dict[str, float]]:
     with models.precision.autocast():
-        values = models.critic(micro.input_ids, micro.attention_mask, micro.segment_ids)
+        values = models.critic(micro)
     loss, metrics = value_loss(
         values,
         micro.old_values,
