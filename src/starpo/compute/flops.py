@@ -165,8 +165,7 @@ def training_pass(
         return None
     size = decoder_pass(model, shape, batch)
     if head_rows is None:
-        targets = torch.nonzero(batch.loss_mask.any(dim=0)).squeeze(1)
-        head_rows = len(batch) * int((targets > 0).sum())
+        head_rows = len(batch) * len(forward.trained_positions(batch))
     with_head = replace(size, flops=size.flops + head_flops(shape, head_rows), head_rows=head_rows)
     return with_head.times(factor)
 
@@ -182,8 +181,7 @@ def detached_context_pass(
     if shape is None:
         return None
     rows, width = batch.input_ids.shape
-    targets = torch.nonzero(batch.loss_mask.any(dim=0)).squeeze(1)
-    read = rows * int((targets > 0).sum())
+    read = rows * len(forward.trained_positions(batch))
     prefix = forward.cached_prefix_length(batch)
     context_tokens = prefix + rows * (width - prefix)
     tails = torch.full((rows,), width - prefix)

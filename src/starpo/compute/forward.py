@@ -333,6 +333,14 @@ def _compute_dtype(weight: torch.Tensor) -> torch.dtype:
     return weight.dtype
 
 
+def trained_positions(batch: TrainBatch) -> torch.Tensor:
+    """(K,) the positions of the tokens some row of `batch` trains on, token 0 left out
+    (nothing comes before it): where the update reads the policy's log-probs and the
+    critic's values, each from the hidden state one position earlier."""
+    targets = torch.nonzero(batch.loss_mask.any(dim=0)).squeeze(1)
+    return targets[targets > 0]
+
+
 def policy_logprobs(
     model: nn.Module,
     batch: TrainBatch,
@@ -353,8 +361,7 @@ def policy_logprobs(
     (`detached_context`); the values returned are the same.
     """
     detach_context = detach_context and torch.is_grad_enabled()
-    targets = torch.nonzero(batch.loss_mask.any(dim=0)).squeeze(1)  # (K,) token positions
-    targets = targets[targets > 0]  # token 0 has no prediction
+    targets = trained_positions(batch)  # (K,)
     labels = batch.input_ids[:, targets]  # (B, K)
     temperature = max(temperature, 1e-6)
     weight = plain_head_weight(model)

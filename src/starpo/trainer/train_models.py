@@ -12,7 +12,7 @@ from torch import nn
 
 from starpo.compute.activation_checkpointing import enable_gradient_checkpointing
 from starpo.compute.batch import TrainBatch
-from starpo.compute.forward import hidden_at
+from starpo.compute.forward import hidden_at, trained_positions
 from starpo.config import LoraConfig, TrainConfig
 from starpo.errors import UserError
 from starpo.models.precision import Precision, apply_master_weights
@@ -40,8 +40,7 @@ class ValueModel(nn.Module):
         every padded row whole, a vanilla PPO update on the bandit counted 9.9 TFLOPs
         instead of 2.2 (docs/training.md).
         """
-        targets = torch.nonzero(batch.loss_mask.any(dim=0)).squeeze(1)
-        targets = targets[targets > 0]  # token 0 has no state before it
+        targets = trained_positions(batch)  # (K,)
         hidden = hidden_at(self.backbone, batch, targets - 1)  # (B, K, H)
         # The head runs in fp32 even under autocast: values are regression targets' scale.
         with torch.autocast(hidden.device.type, enabled=False):
