@@ -109,6 +109,9 @@ def summarise_run(folder: Path, env: str) -> dict:
     alerts = [a for a in read_alerts(folder, skip_broken=True) if a.get("severity") != "info"]
     called = sorted({a["step"] for a in alerts if a.get("state") == "collapse"})
     minutes = curves.get("perf/train_minutes", ([], [0.0]))[1]
+    # Reasoning length at the fixed validation seeds (runs with a think block): the paper
+    # describes the Echo Trap as reasoning traces that shrink or vanish.
+    think = curves.get(f"val/{env}/mean_think_tokens", ([], []))[1]
     last = records[-1] if records else {}
     return {
         "collapse_step": collapse_step(steps, success),
@@ -124,6 +127,7 @@ def summarise_run(folder: Path, env: str) -> dict:
         "steps": records[-1]["step"] if records else 0,
         "train_minutes": round(minutes[-1], 2) if minutes else 0.0,
         "validation": {"steps": steps, "success": success},
+        "val_think_tokens": {"first": think[0], "last": think[-1]} if any(think) else None,
     }
 
 
@@ -211,6 +215,8 @@ def print_table(results: dict) -> None:
         entropy = "-" if r["final_entropy"] is None else f"{r['final_entropy']:.2f}"
         cells = f"{collapse:>10}{best:>8}{final:>8}{alert:>11}{called:>10}{entropy:>9}"
         tail = f"{r.get('rollbacks', 0):>10}{r['steps']:>7}{r['train_minutes']:>7.1f}"
+        if think := r.get("val_think_tokens"):
+            tail += f"  think tokens {think['first']:.1f} -> {think['last']:.1f}"
         print(f"{name:<24}{cells}{tail}")
     for arm, m in results["medians"].items():
         print(

@@ -14,8 +14,16 @@ echo_trap = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(echo_trap)
 
 
-def _fake_run(out: Path, arm: str, seed: int, val: dict[int, float], rollbacks: int = 0) -> Path:
-    """A run folder as `starpo train` leaves it: metrics every step, validation every 5."""
+def _fake_run(
+    out: Path,
+    arm: str,
+    seed: int,
+    val: dict[int, float],
+    rollbacks: int = 0,
+    think: dict[int, float] | None = None,
+) -> Path:
+    """A run folder as `starpo train` leaves it: metrics every step, validation every 5
+    (with `think`: the validation's reasoning length at those steps)."""
     folder = echo_trap.run_dir(out, arm, seed)
     folder.mkdir(parents=True)
     records = []
@@ -24,6 +32,7 @@ def _fake_run(out: Path, arm: str, seed: int, val: dict[int, float], rollbacks: 
         record["diagnostics/rollbacks"] = rollbacks if step >= 40 else 0
         if step in val:
             record["val/bandit/success"] = val[step]
+            record["val/bandit/mean_think_tokens"] = (think or {}).get(step, 0.0)
         records.append(record)
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     alerts = [
@@ -72,3 +81,12 @@ def test_export_copies_summary_figures_and_each_runs_files_gzipped(tmp_path):
     with gzip.open(dest / "starpo-s-seed2-metrics.jsonl.gz", "rt") as gz:
         assert gz.read() == (folder / "metrics.jsonl").read_text()
     assert not (dest / "checkpoints").exists()
+
+
+def test_a_think_runs_row_says_how_its_reasoning_length_changed(tmp_path):
+    val = {0: 0.9, 5: 0.95, 10: 0.97}
+    _fake_run(tmp_path, "starpo-s", 1, val, think={0: 20.5, 5: 12.0, 10: 3.25})
+    _fake_run(tmp_path, "starpo-s", 2, val)  # no think block: nothing to report
+    rows = echo_trap.summarise(tmp_path, [1, 2])["rows"]
+    assert rows["starpo-s seed 1"]["val_think_tokens"] == {"first": 20.5, "last": 3.25}
+    assert rows["starpo-s seed 2"]["val_think_tokens"] is None
