@@ -172,19 +172,23 @@ def summarise(out: Path, seeds: list[int]) -> dict:
 
 
 def export(out: Path, dest: Path, seeds: list[int]) -> list[Path]:
-    """Copy the summary, each seed's arm-against-arm figure (`compare.png`: every curve
-    in one figure; the single-metric ones are ~1 MB more a seed) and each run's config,
-    alerts and metrics (gzipped: ~10x smaller) from `out` into `dest`; returns the files
-    written."""
+    """Copy the summary, each seed's all-panels figure (`compare.png`, arm against arm, or
+    `overview.png` where a seed has one run; the single-metric ones are ~1 MB more a seed)
+    and each run's config, alerts and metrics (gzipped: ~10x smaller) from `out` into
+    `dest`; returns the files written."""
     dest.mkdir(parents=True, exist_ok=True)
     written = []
     if (out / "results.json").exists():
         written.append(Path(shutil.copy2(out / "results.json", dest / "results.json")))
     for seed in seeds:
-        figure = out / f"report-seed{seed}" / "compare.png"
-        if figure.exists():
-            (dest / figure.parent.name).mkdir(exist_ok=True)
-            written.append(Path(shutil.copy2(figure, dest / figure.parent.name / figure.name)))
+        # `starpo report` names its all-panels figure compare.png for several runs and
+        # overview.png for one (a seed run with a single arm).
+        for name in ("compare.png", "overview.png"):
+            figure = out / f"report-seed{seed}" / name
+            if figure.exists():
+                (dest / figure.parent.name).mkdir(exist_ok=True)
+                copied = shutil.copy2(figure, dest / figure.parent.name / figure.name)
+                written.append(Path(copied))
         for arm in ARMS:
             folder = run_dir(out, arm, seed)
             if not (folder / "metrics.jsonl").exists():

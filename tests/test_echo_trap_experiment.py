@@ -83,6 +83,17 @@ def test_export_copies_summary_figures_and_each_runs_files_gzipped(tmp_path):
     assert not (dest / "checkpoints").exists()
 
 
+def test_export_takes_the_overview_figure_of_a_seed_with_one_run(tmp_path):
+    out, dest = tmp_path / "runs", tmp_path / "docs"
+    _fake_run(out, "starpo-s", 1, {0: 0.9, 5: 0.95})
+    (out / "report-seed1").mkdir()
+    (out / "report-seed1" / "overview.png").write_bytes(b"png")  # one run: no compare.png
+
+    written = echo_trap.export(out, dest, [1])
+
+    assert "report-seed1/overview.png" in {str(p.relative_to(dest)) for p in written}
+
+
 def test_a_think_runs_row_says_how_its_reasoning_length_changed(tmp_path):
     val = {0: 0.9, 5: 0.95, 10: 0.97}
     _fake_run(tmp_path, "starpo-s", 1, val, think={0: 20.5, 5: 12.0, 10: 3.25})
