@@ -6,19 +6,24 @@ The paper describes the Echo Trap as reasoning that shrinks or vanishes; a trace
 stay while the answer stops following it. For every saved validation step
 (`val_trajectories/step_*.jsonl`) this counts the replies by (the arm the think block argues
 for, the arm answered) and how many answered the arm listed first in the prompt (the
-position shortcut seen in collapsed Bandit runs). The argued arm is read from the solver
-rationale's wording the SFT taught ("X pays more on average than Y": Y is the worse arm);
-a think block without "than <arm>" counts as arguing for none.
+position shortcut seen in collapsed Bandit runs). It reads each first turn as the rollout
+saved it (its state, and the think block and actions the turn parser found: a malformed
+reply has neither). The argued arm is read from the solver rationale's wording the SFT
+taught ("X pays more on average than Y": Y is the worse arm); a think block without
+"than <arm>" counts as arguing for none.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections import Counter
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from starpo.runs import load_jsonl, step_files, warn_skipped  # noqa: E402
 
 ARMS = ("Phoenix", "Dragon")
 
@@ -31,20 +36,10 @@ def argued_arm(think: str) -> str | None:
     return ARMS[1] if worse.group(1) == ARMS[0] else ARMS[0]
 
 
-def reply_parts(response: str) -> tuple[str, str | None]:
-    """(think text, answered arm or None) of one reply."""
-    think = re.search(r"<think>(.*?)</think>", response, re.S)
-    answer = re.search(r"<answer>\s*(\w+)", response)
-    return (think.group(1) if think else ""), (answer.group(1) if answer else None)
-
-
-def first_listed_arm(messages: list[dict]) -> str | None:
-    """The arm the prompt lists first ("Arms: Phoenix | Dragon")."""
-    for message in messages:
-        found = re.search(r"Arms: (\w+) \|", message.get("content", ""))
-        if found:
-            return found.group(1)
-    return None
+def first_listed_arm(state: str) -> str | None:
+    """The arm a Bandit state lists first ("Arms: Phoenix | Dragon")."""
+    found = re.search(r"Arms: (\w+) \|", state)
+    return found.group(1) if found else None
 
 
 def agreement(trajectories: list[dict]) -> dict:
@@ -53,10 +48,11 @@ def agreement(trajectories: list[dict]) -> dict:
     pairs: Counter = Counter()
     first = contradict = 0
     for trajectory in trajectories:
-        think, answered = reply_parts(trajectory["turns"][0]["response"])
-        argued = argued_arm(think)
+        turn = trajectory["turns"][0]
+        answered = turn["actions"][0] if turn["actions"] else None
+        argued = argued_arm(turn["think"])
         pairs[f"{argued} -> {answered}"] += 1
-        first += answered is not None and answered == first_listed_arm(trajectory["messages"])
+        first += answered is not None and answered == first_listed_arm(turn["state"])
         contradict += argued is not None and answered is not None and argued != answered
     return {
         "episodes": len(trajectories),
@@ -70,16 +66,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="a think run's folder (with val_trajectories/)")
     args = parser.parse_args(argv)
-    files = sorted((args.run / "val_trajectories").glob("step_*.jsonl"))
+    files = step_files(args.run / "val_trajectories")
     if not files:
         print(f"error: no val_trajectories/step_*.jsonl in {args.run}; pass a run folder "
               "trained with validation", file=sys.stderr)  # fmt: skip
         return 2
-    for path in files:
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        counts = agreement(rows)
+    for step, path in files:
+        read = load_jsonl(path, skip_broken=True)
+        warn_skipped(read)
+        counts = agreement(read.records)
         print(
-            f"step {int(path.stem.split('_')[1]):>4}: {counts['episodes']} episodes, "
+            f"step {step:>4}: {counts['episodes']} episodes, "
             f"{counts['answered_first_listed']} answered the first-listed arm, "
             f"{counts['answer_contradicts_think']} against their own reasoning; "
             f"argued -> answered {counts['argued_to_answered']}"

@@ -9,10 +9,10 @@ agreement_script = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(agreement_script)
 
 
-def _trajectory(first: str, response: str) -> dict:
+def _trajectory(first: str, think: str, actions: list[str]) -> dict:
+    """A saved trajectory's first turn: its state and what the turn parser found."""
     other = "Dragon" if first == "Phoenix" else "Phoenix"
-    prompt = f"Turn 1:\nState:\nArms: {first} | {other}\n"
-    return {"messages": [{"role": "user", "content": prompt}], "turns": [{"response": response}]}
+    return {"turns": [{"state": f"Arms: {first} | {other}", "think": think, "actions": actions}]}
 
 
 def test_the_argued_arm_is_the_one_the_rationale_says_pays_more():
@@ -23,13 +23,13 @@ def test_the_argued_arm_is_the_one_the_rationale_says_pays_more():
 
 
 def test_counts_answers_against_their_reasoning_and_the_first_listed_shortcut():
-    argues_dragon = "<think> Dragon pays more on average than Phoenix. </think>"
+    argues_dragon = "Dragon pays more on average than Phoenix."
     rows = [
-        _trajectory("Phoenix", f"{argues_dragon} <answer> Phoenix </answer>"),  # against it
-        _trajectory("Dragon", f"{argues_dragon} <answer> Dragon </answer>"),
-        _trajectory("Phoenix", f"{argues_dragon} <answer> Dragon </answer>"),
-        _trajectory("Dragon", "<answer> Dragon </answer>"),  # no think block: argues none
-        _trajectory("Phoenix", "Phoenix!"),  # malformed: no answer
+        _trajectory("Phoenix", argues_dragon, ["Phoenix"]),  # against its reasoning
+        _trajectory("Dragon", argues_dragon, ["Dragon"]),
+        _trajectory("Phoenix", argues_dragon, ["Dragon"]),
+        _trajectory("Dragon", "", ["Dragon"]),  # no think block: argues none
+        _trajectory("Phoenix", "", []),  # malformed: the parser found neither
     ]
 
     counts = agreement_script.agreement(rows)
