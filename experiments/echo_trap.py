@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from starpo.diagnostics.outcome import COLLAPSE_DROP, best_success, collapse_step  # noqa: E402
 from starpo.runs.metrics import metric_curves, read_alerts, read_metrics  # noqa: E402
+from starpo.viewer.report import main_figure_name  # noqa: E402
 
 PRESET = "cpu-bandit-starpo-s"
 VANILLA = ["filter.enabled=false", "algorithm.kl_coef=0.001", "algorithm.clip_high=0.2"]
@@ -66,6 +67,12 @@ ARMS = {
 }
 PAPER_ARMS = ["starpo-s", "vanilla-grpo", "vanilla-ppo"]  # the default: RAGEN's comparison
 COMMON = ["trainer.stop_at_success=null", "trainer.save_every=5", "trainer.val_every=5"]
+
+
+def seed_runs(out: Path, seed: int) -> list[Path]:
+    """The run folders of `seed` under `out` that logged metrics, in ARMS order."""
+    folders = [run_dir(out, arm, seed) for arm in ARMS]
+    return [folder for folder in folders if (folder / "metrics.jsonl").exists()]
 
 
 def run_dir(out: Path, arm: str, seed: int) -> Path:
@@ -181,18 +188,11 @@ def export(out: Path, dest: Path, seeds: list[int]) -> list[Path]:
     if (out / "results.json").exists():
         written.append(Path(shutil.copy2(out / "results.json", dest / "results.json")))
     for seed in seeds:
-        # `starpo report` names its all-panels figure compare.png for several runs and
-        # overview.png for one (a seed run with a single arm).
-        for name in ("compare.png", "overview.png"):
-            figure = out / f"report-seed{seed}" / name
-            if figure.exists():
-                (dest / figure.parent.name).mkdir(exist_ok=True)
-                copied = shutil.copy2(figure, dest / figure.parent.name / figure.name)
-                written.append(Path(copied))
-        for arm in ARMS:
-            folder = run_dir(out, arm, seed)
-            if not (folder / "metrics.jsonl").exists():
-                continue
+        figure = out / f"report-seed{seed}" / main_figure_name(len(seed_runs(out, seed)))
+        if figure.exists():
+            (dest / figure.parent.name).mkdir(exist_ok=True)
+            written.append(Path(shutil.copy2(figure, dest / figure.parent.name / figure.name)))
+        for folder in seed_runs(out, seed):
             name = folder.name
             metrics = dest / f"{name}-metrics.jsonl.gz"
             with open(folder / "metrics.jsonl", "rb") as src, gzip.open(metrics, "wb") as gz:
@@ -259,8 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
     print_table(results)
     for seed in args.seeds:
-        folders = [str(run_dir(args.out, arm, seed)) for arm in ARMS
-                   if (run_dir(args.out, arm, seed) / "metrics.jsonl").exists()]  # fmt: skip
+        folders = [str(folder) for folder in seed_runs(args.out, seed)]
         if folders:
             report = [sys.executable, "-m", "starpo", "report", *folders]
             subprocess.run([*report, "--out", str(args.out / f"report-seed{seed}")], check=False)

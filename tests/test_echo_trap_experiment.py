@@ -62,6 +62,7 @@ def test_a_rows_collapse_alerts_and_rollbacks_come_from_its_folder(tmp_path):
 def test_export_copies_summary_figures_and_each_runs_files_gzipped(tmp_path):
     out, dest = tmp_path / "runs", tmp_path / "docs"
     folder = _fake_run(out, "starpo-s", 2, {0: 0.1, 5: 0.4})
+    _fake_run(out, "vanilla-grpo", 2, {0: 0.1, 5: 0.2})  # two runs: arm against arm
     (out / "results.json").write_text("{}")
     (out / "report-seed2").mkdir()
     (out / "report-seed2" / "compare.png").write_bytes(b"png")
@@ -77,6 +78,9 @@ def test_export_copies_summary_figures_and_each_runs_files_gzipped(tmp_path):
         "starpo-s-seed2-alerts.jsonl",
         "starpo-s-seed2-config.yaml",
         "starpo-s-seed2-metrics.jsonl.gz",
+        "vanilla-grpo-seed2-alerts.jsonl",
+        "vanilla-grpo-seed2-config.yaml",
+        "vanilla-grpo-seed2-metrics.jsonl.gz",
     ]
     with gzip.open(dest / "starpo-s-seed2-metrics.jsonl.gz", "rt") as gz:
         assert gz.read() == (folder / "metrics.jsonl").read_text()
@@ -88,10 +92,12 @@ def test_export_takes_the_overview_figure_of_a_seed_with_one_run(tmp_path):
     _fake_run(out, "starpo-s", 1, {0: 0.9, 5: 0.95})
     (out / "report-seed1").mkdir()
     (out / "report-seed1" / "overview.png").write_bytes(b"png")  # one run: no compare.png
+    (out / "report-seed1" / "compare.png").write_bytes(b"png")  # stale, from an earlier pair
 
     written = echo_trap.export(out, dest, [1])
 
-    assert "report-seed1/overview.png" in {str(p.relative_to(dest)) for p in written}
+    figures = {str(p.relative_to(dest)) for p in written if p.suffix == ".png"}
+    assert figures == {"report-seed1/overview.png"}
 
 
 def test_a_think_runs_row_says_how_its_reasoning_length_changed(tmp_path):

@@ -349,6 +349,12 @@ def check_minutes(runs: Sequence[RunData]) -> None:
             )
 
 
+def main_figure_name(num_runs: int) -> str:
+    """The all-panels figure's file name: `overview.png` for one run, `compare.png` for
+    several (each panel one line per run)."""
+    return "overview.png" if num_runs == 1 else "compare.png"
+
+
 def write_report(run_dirs: list[Path], out_dir: Path | None = None, x: str = "steps") -> list[Path]:
     """Write the PNGs for one run or a comparison of several, against `x` (steps or
     minutes); returns the written paths.
@@ -373,7 +379,7 @@ def write_report(run_dirs: list[Path], out_dir: Path | None = None, x: str = "st
         out_dir = run_dirs[0] / REPORT_DIR if len(runs) == 1 else Path("report-compare")
     out_dir = Path(out_dir)
     check_writable(out_dir, "report folder")  # a file, or a path under one, is one line
-    main_name = "overview.png" if len(runs) == 1 else "compare.png"
+    main_name = main_figure_name(len(runs))
     panels = run_panels(runs)
     written = [_save(build_figure(runs, panels, x=x), out_dir / main_name)]
     for panel in panels:
