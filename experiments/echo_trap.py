@@ -195,8 +195,10 @@ def export(out: Path, dest: Path, seeds: list[int]) -> list[Path]:
         for folder in seed_runs(out, seed):
             name = folder.name
             metrics = dest / f"{name}-metrics.jsonl.gz"
-            with open(folder / "metrics.jsonl", "rb") as src, gzip.open(metrics, "wb") as gz:
-                shutil.copyfileobj(src, gz)
+            # mtime=0: the same metrics give the same bytes, so a re-export changes nothing in git
+            with open(folder / "metrics.jsonl", "rb") as src, open(metrics, "wb") as raw:
+                with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+                    shutil.copyfileobj(src, gz)
             written.append(metrics)
             for part in ("config.yaml", "alerts.jsonl"):
                 if (folder / part).exists():

@@ -85,6 +85,8 @@ def test_export_copies_summary_figures_and_each_runs_files_gzipped(tmp_path):
     with gzip.open(dest / "starpo-s-seed2-metrics.jsonl.gz", "rt") as gz:
         assert gz.read() == (folder / "metrics.jsonl").read_text()
     assert not (dest / "checkpoints").exists()
+    # no time in the gzip header (bytes 4-7), so a re-export of the same metrics is no change
+    assert (dest / "starpo-s-seed2-metrics.jsonl.gz").read_bytes()[4:8] == bytes(4)
 
 
 def test_export_takes_the_overview_figure_of_a_seed_with_one_run(tmp_path):
