@@ -16,6 +16,7 @@ from starpo.errors import UserError
 from starpo.viewer.report import (
     PANELS,
     build_figure,
+    legend_columns,
     load_run,
     panel_series,
     report_main,
@@ -136,6 +137,19 @@ def test_comparison_of_two_runs_writes_compare_png(tmp_path, monkeypatch):
     fig = build_figure([load_run(a), load_run(b)])
     legend_texts = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "collapsing" in legend_texts and "healthy" in legend_texts
+
+
+def test_the_legend_of_five_long_named_runs_stays_inside_the_figure(tmp_path):
+    names = ["starpo-s-seed1", "vanilla-grpo-seed1", "vanilla-ppo-seed1",
+             "starpo-s-rollback-seed1", "starpo-s-no-std-seed1"]  # fmt: skip
+    runs = [load_run(_make_run(tmp_path, name, collapse=True)) for name in names]
+    fig = build_figure(runs)
+    fig.canvas.draw()  # lays the legend out (Agg)
+    legend = fig.legends[0].get_window_extent()
+    figure = fig.bbox
+    assert figure.x0 <= legend.x0 and legend.x1 <= figure.x1  # was cut at both edges
+    assert legend_columns(["alert: collapse (starpo-s-rollback-seed1)"], 13.2, 8) == 3
+    assert legend_columns(["alert: warning"], 13.2, 8) == 8  # one run: short labels
 
 
 def test_out_dir_is_used(tmp_path):

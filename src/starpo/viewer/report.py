@@ -275,6 +275,19 @@ def _series_legend(ax: Axes, several_runs: bool) -> None:
         ax.legend(handles, list(labels), fontsize=7, loc="best")
 
 
+LEGEND_FONTSIZE = 8
+
+
+def legend_columns(labels: Sequence[str], width_in: float, fontsize: float) -> int:
+    """How many legend columns of `labels` fit across `width_in` inches: the widest label
+    at about 0.6 em a character, plus its line sample and the gap (~0.6 in). Five runs'
+    alert labels ("alert: collapse (starpo-s-rollback-seed1)") in six columns were wider
+    than the figure and cut off at both edges."""
+    char_in = 0.6 * fontsize / 72
+    column_in = max((len(label) for label in labels), default=0) * char_in + 0.6
+    return max(1, int(width_in // column_in))
+
+
 def _figure_header(
     fig: Figure, runs: Sequence[RunData], colors: Sequence[str], title: str, ncol: int
 ) -> None:
@@ -295,8 +308,17 @@ def _figure_header(
             handles.append(Line2D([], [], color=color, linewidth=1.2, linestyle=style))
             labels.append(f"alert: {severity}" + (f" ({run.name})" if len(runs) > 1 else ""))
     if handles:
-        fig.legend(handles, labels, loc="outside upper center", ncol=min(len(handles), ncol),
-                   fontsize=8, frameon=False, title=title, title_fontsize=11)  # fmt: skip
+        ncol = min(ncol, legend_columns(labels, fig.get_figwidth(), LEGEND_FONTSIZE))
+        fig.legend(
+            handles,
+            labels,
+            loc="outside upper center",
+            ncol=min(len(handles), ncol),
+            fontsize=LEGEND_FONTSIZE,
+            frameon=False,
+            title=title,
+            title_fontsize=11,
+        )
     else:
         fig.suptitle(title, fontsize=11)
 
