@@ -188,11 +188,12 @@ def export(out: Path, dest: Path, seeds: list[int]) -> list[Path]:
     if (out / "results.json").exists():
         written.append(Path(shutil.copy2(out / "results.json", dest / "results.json")))
     for seed in seeds:
-        figure = out / f"report-seed{seed}" / main_figure_name(len(seed_runs(out, seed)))
+        folders = seed_runs(out, seed)
+        figure = out / f"report-seed{seed}" / main_figure_name(len(folders))
         if figure.exists():
             (dest / figure.parent.name).mkdir(exist_ok=True)
             written.append(Path(shutil.copy2(figure, dest / figure.parent.name / figure.name)))
-        for folder in seed_runs(out, seed):
+        for folder in folders:
             name = folder.name
             metrics = dest / f"{name}-metrics.jsonl.gz"
             # mtime=0: the same metrics give the same bytes, so a re-export changes nothing in git
