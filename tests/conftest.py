@@ -16,6 +16,11 @@ from pathlib import Path
 
 import pytest
 
+# Trainers in tests (and the `starpo` subprocesses they start) skip the CPU-sharing check:
+# what the other xdist worker runs at that moment must not add a warning line to output a
+# test checks (tests/test_cpu_sharing.py turns it back on).
+os.environ["STARPO_CPU_CHECK"] = "0"
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Under `pytest -n N` the N workers split the cores: one thread each (subprocesses
     # too), or torch's spinning OpenMP threads slow every worker down several times.

@@ -11,7 +11,8 @@ one account of it here, and neither reaches into the other:
 - `activation_checkpointing`: decoder layers recomputed in backward instead of kept;
 - `weights`: which weights train, their state (checkpoints, weight sync) and the export
   of a policy as a Hugging Face folder;
-- `lr_schedule`: the warm-up + constant / cosine learning-rate factor both loops step by.
+- `lr_schedule`: the warm-up + constant / cosine learning-rate factor both loops step by;
+- `cpu_sharing`: whether a CPU job's torch threads find free cores (the trainer's warning).
 
 Nothing is imported here: `lr_schedule` is read without torch (`starpo sft --help`).
 """

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from starpo.compute.batch import TrainBatch, build_batch
+from starpo.compute.cpu_sharing import check_cpu_sharing
 from starpo.compute.weights import (
     export_policy,
     trainable_parameters,
@@ -17,7 +18,7 @@ from starpo.config import TrainConfig, apply_changes, config_to_dict, save_confi
 from starpo.diagnostics import ResponseMemory, echo_trap_metrics
 from starpo.envs import make
 from starpo.evaluation.model import play_seeds
-from starpo.logs import console_logger
+from starpo.logs import console_logger, warn
 from starpo.memory.allocator import keep_freed_memory, release_free_memory
 from starpo.memory.plan import checkpoint_bytes, planned_checkpoint_size
 from starpo.models.precision import compute_dtype, precision_for, rollout_dtype
@@ -77,6 +78,10 @@ class Trainer:
             torch.set_num_threads(cfg.trainer.num_threads)
         torch.manual_seed(cfg.trainer.seed)
         device = resolve_device(cfg.model.device)
+        if device.type == "cpu":  # before the model loads: the check samples the others
+            shared = check_cpu_sharing(torch.get_num_threads())
+            if shared:
+                warn(shared)
         self.precision = precision_for(compute_dtype(cfg.model.dtype, device), device)
         planned = planned_checkpoint_size(cfg) if model is None else None
         if planned is not None:
