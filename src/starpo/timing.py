@@ -6,15 +6,16 @@ with timer("rollout"):
 timer.metrics()  # {"timing_s/rollout": 1.23}
 
 And the one rule for a training run's cumulative training minutes (`perf/train_minutes`),
-which `trainer.max_minutes` budgets and `starpo report --x minutes` plots. Stdlib-only:
-the report imports it.
+which `trainer.max_minutes` budgets and `starpo report --x minutes` plots; and the time a
+run likely still needs, for its progress line. Stdlib-only: the report imports it.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -78,3 +79,28 @@ def train_minutes(records: Iterable[Mapping[str, Any]]) -> list[float]:
             total += step_train_seconds(record) / 60
         out.append(total)
     return out
+
+
+def time_left(
+    recent_step_seconds: Sequence[float], steps_left: int, budget_seconds_left: float | None
+) -> float | None:
+    """The wall-clock seconds a run likely still needs: the median of its recent steps'
+    seconds (`timing_s/step`; the median, so one step that also validated or saved does not
+    swing it) times the steps left, at most what `trainer.max_minutes` leaves (None: no
+    budget). The budget counts training seconds only, so with validation the run takes a
+    little longer than that cap. None before any step was timed."""
+    if not recent_step_seconds:
+        return None
+    needed = statistics.median(recent_step_seconds) * max(0, steps_left)
+    if budget_seconds_left is not None:
+        needed = min(needed, max(0.0, budget_seconds_left))
+    return needed
+
+
+def format_duration(seconds: float) -> str:
+    """`42 s`, `17 min` or `7.7 h`: what a progress line needs, not more."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -160,3 +160,28 @@ def test_a_resumed_run_finds_the_validation_that_reached_its_target(tmp_path: Pa
     earlier = TrainingBudget(None, stop_at_success=0.95, success_key=key)
     earlier.resume({}, tmp_path, step=2)  # a checkpoint before it: train on
     assert not earlier.spent and earlier.used_minutes == pytest.approx(1.0)
+
+
+def test_time_left_is_the_median_recent_step_times_the_steps_left_at_most_the_budget():
+    from starpo.timing import time_left
+
+    assert time_left([], 10, None) is None  # nothing timed yet
+    # One slow step (it also validated) does not swing the estimate: the median is 60 s.
+    assert time_left([60.0, 61.0, 300.0, 59.0], 10, None) == pytest.approx(605.0)
+    assert time_left([60.0], 10, budget_seconds_left=120.0) == 120.0  # the budget ends first
+    assert time_left([60.0], 0, None) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(42.4, "42 s"), (89, "89 s"), (1020, "17 min"), (27720, "7.7 h")]
+)
+def test_durations_read_in_the_unit_a_person_would_say(seconds, text):
+    from starpo.timing import format_duration
+
+    assert format_duration(seconds) == text
+
+
+def test_the_budget_says_how_many_training_seconds_it_leaves():
+    assert TrainingBudget(None).seconds_left is None
+    assert TrainingBudget(10.0, used_minutes=7.5).seconds_left == 150.0
+    assert TrainingBudget(10.0, used_minutes=12.0).seconds_left == 0.0

@@ -224,3 +224,6 @@ def test_format_step_line():
         "step 1/2 | kl 3.00e-05 | n 7"
     )
     assert format_step_line(1, 2, {"x": None}, ["x"]) == "step 1/2 | x nan"
+    with_left = format_step_line(3, 20, metrics, ["n"], left_s=27720.0)
+    assert with_left == "step 3/20 | n 7 | left ~7.7 h"
+    assert "left" not in format_step_line(20, 20, metrics, ["n"], left_s=0.0)  # the last

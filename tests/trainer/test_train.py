@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -92,10 +93,14 @@ def test_resume_logs_the_same_metrics_as_an_uninterrupted_run(
 def test_step_line_shows_the_policy_entropy(
     tmp_path: Path, bigram_model, make_bandit_config, capsys
 ):
-    """The console line reads actor/entropy, not a same-named diagnostics flag."""
-    cfg = make_bandit_config("grpo", total_steps=1, **{"trainer.val_before_train": "false"})
+    """The console line reads actor/entropy, not a same-named diagnostics flag, and ends
+    with the time the run likely still needs while steps remain."""
+    cfg = make_bandit_config("grpo", total_steps=2, **{"trainer.val_before_train": "false"})
     model, tokenizer = bigram_model()
-    (row,) = Trainer(cfg, tmp_path, model=model, tokenizer=tokenizer).train()
-    line = next(x for x in capsys.readouterr().err.splitlines() if x.startswith("step 1/1"))
+    row, _ = Trainer(cfg, tmp_path, model=model, tokenizer=tokenizer).train()
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("step ")]
+    line = next(x for x in lines if x.startswith("step 1/2"))
     assert row["actor/entropy"] > 0.05  # the bigram policy is not deterministic yet
     assert f"| entropy {row['actor/entropy']:.2f} |" in line
+    assert re.search(r" \| left ~[0-9.]+ (s|min|h)$", line)  # one step left, at step 1's pace
+    assert "left" not in next(x for x in lines if x.startswith("step 2/2"))

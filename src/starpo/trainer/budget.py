@@ -48,6 +48,13 @@ class TrainingBudget:
         return self.max_minutes is not None and self.used_minutes >= self.max_minutes
 
     @property
+    def seconds_left(self) -> float | None:
+        """Training seconds `max_minutes` leaves (None: no budget)."""
+        if self.max_minutes is None:
+            return None
+        return max(0.0, self.max_minutes - self.used_minutes) * 60
+
+    @property
     def spent(self) -> bool:
         return self.out_of_time or self.reached is not None
 

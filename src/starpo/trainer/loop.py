@@ -3,6 +3,7 @@ advantages, update, log; then validate, diagnose and checkpoint (`Trainer.train`
 
 from __future__ import annotations
 
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from starpo.memory.plan import checkpoint_bytes, planned_checkpoint_size
 from starpo.models.precision import compute_dtype, precision_for, rollout_dtype
 from starpo.registry import GENERATION_BACKENDS
 from starpo.runs import RunFolder
-from starpo.timing import TRAIN_MINUTES, Timer, step_train_seconds
+from starpo.timing import TRAIN_MINUTES, Timer, step_train_seconds, time_left
 from starpo.trainer.budget import TrainingBudget
 from starpo.trainer.checkpoints.contents import checkpoint_contents, restore_training_state
 from starpo.trainer.checkpoints.saver import CheckpointSaver, Target
@@ -110,6 +111,7 @@ class Trainer:
         self.start_step = 0
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.memory = ResponseMemory()
+        self.recent_step_seconds: deque[float] = deque(maxlen=5)  # the progress line's estimate
         self.guard = CollapseGuard(cfg.diagnostics, self.run_dir, self.say, resume=resume)
         stop_at, success_key = cfg.trainer.stop_at_success, f"val/{cfg.env.validation_id}/success"
         self.budget = TrainingBudget(cfg.trainer.max_minutes, 0.0, stop_at, success_key)
@@ -337,7 +339,11 @@ class Trainer:
         self.logger.log(step, metrics)
         budgeted = self.budget.max_minutes is not None
         keys = training_line_keys(self.cfg.env.id, self.cfg.env.validation_id, budgeted)
-        self.say(format_step_line(step, self.cfg.trainer.total_steps, metrics, keys))
+        total = self.cfg.trainer.total_steps
+        if "timing_s/step" in metrics:
+            self.recent_step_seconds.append(metrics["timing_s/step"])
+        left = time_left(self.recent_step_seconds, total - step, self.budget.seconds_left)
+        self.say(format_step_line(step, total, metrics, keys, left_s=left))
         return {"step": step, **metrics}
 
     # ----------------------------------------------------------------- checkpoints

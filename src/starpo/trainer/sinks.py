@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from starpo import runs
 from starpo.errors import UserError
 from starpo.runs import RunFolder
-from starpo.timing import TRAIN_MINUTES
+from starpo.timing import TRAIN_MINUTES, format_duration
 
 __all__ = [
     "JsonlSink",
@@ -304,12 +304,14 @@ def format_step_line(
     keys: Sequence[str] | Mapping[str, str],
     *,
     elapsed_s: float | None = None,
+    left_s: float | None = None,
 ) -> str:
     """One compact progress line, e.g. `step 3/20 | success 0.25 | reward 0.13 | 41.2s`.
 
     `keys` names the metrics to show: a mapping label -> metric key, or metric keys whose
     label is their last path part (`rollout/success` -> `success`). Missing ones are
-    left out.
+    left out. `left_s`: the run's likely time left (`starpo.timing.time_left`), shown as
+    `left ~7.7 h` while steps remain.
     """
     labelled = keys if isinstance(keys, Mapping) else {k.rsplit("/", 1)[-1]: k for k in keys}
     parts = [f"step {step}/{total}"]
@@ -318,6 +320,8 @@ def format_step_line(
     ]
     if elapsed_s is not None:
         parts.append(f"{elapsed_s:.1f}s")
+    if left_s is not None and step < total:
+        parts.append(f"left ~{format_duration(left_s)}")
     return " | ".join(parts)
 
 
