@@ -415,3 +415,24 @@ def test_a_held_out_case_family_is_scored_for_the_sft_and_rl_models(tmp_path, st
     assert "GRPO's own contribution, held-out cases: +0.0%" in table
     run_recipe("invoice", tmp_path, RecipeChoices(eval_seeds=5), base_rows=False)
     assert len(stubbed["evaluate"]) == 4 and len(stubbed["sft"]) == 1
+
+
+@pytest.mark.parametrize("actions", [1, 3])
+def test_the_sft_stage_plays_as_many_actions_a_turn_as_the_rl_layout_holds(
+    tmp_path, monkeypatch, actions
+):
+    """`starpo demo --env sokoban rollout.max_actions_per_turn=3 rollout.max_turns=4`: the
+    solver's episodes are cut into turns of up to 3 actions, not 1 (4 moves in all)."""
+    import starpo.sft
+
+    asked = {}
+
+    def run_sft(*args, **kwargs):
+        asked.update(kwargs)
+        return {"epochs": [], "data": {}}
+
+    monkeypatch.setattr(starpo.sft, "run_sft", run_sft)
+    layout = [f"rollout.max_actions_per_turn={actions}", "rollout.max_turns=4"]
+    recipe = recipe_for("sokoban")
+    recipe_module.train_sft(recipe, load_config(recipe.preset, layout), tmp_path / "sft")
+    assert asked["actions_per_turn"] == actions

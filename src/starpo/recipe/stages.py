@@ -284,6 +284,9 @@ def train_sft(recipe: Recipe, cfg: Any, sft_dir: Path) -> dict[str, Any]:
         env_id=cfg.env.id,
         env_kwargs=dict(cfg.env.kwargs),
         device=cfg.model.device,
+        # The policy plays as many actions a turn as the RL stage's turns hold: a layout of
+        # 3 actions a turn in 4 turns must not learn from turns of one action (4 in all).
+        actions_per_turn=cfg.rollout.max_actions_per_turn,
     )
     return {"epochs": summary["epochs"], "data": summary["data"]}
 
