@@ -68,6 +68,7 @@ FINDINGS: dict[str, tuple[list[str], str | None]] = {
     "freshness": (["k1", "reuse4"], "k1"),
     "diversity": (["16x4", "k1", "4x16"], None),
 }
+METHOD = "grpo"  # every arm's RL method: its recipe folder is rl-grpo, its run "grpo"
 LAYOUT_KEYS = ("rollout.max_actions_per_turn", "rollout.max_turns")
 SHARED_STAGES = ("sft", "sft-eval")  # what arms of one layout share
 
@@ -77,18 +78,22 @@ def layout(arm: str) -> tuple[str, ...]:
     return tuple(o for o in ARMS[arm] if o.split("=")[0] in LAYOUT_KEYS)
 
 
+def layout_maker(arm: str, arms: list[str]) -> str:
+    """The arm whose SFT model `arm` trains from: the first of its layout in `arms`."""
+    return next(first for first in arms if layout(first) == layout(arm))
+
+
 def share_start(out: Path, arm: str, arms: list[str]) -> None:
-    """Link `arm`'s SFT stages to those of the first earlier arm of its layout, so its RL
-    starts from the same model and its start row is the same evaluation."""
-    for first in arms[: arms.index(arm)]:
-        if layout(first) != layout(arm):
-            continue
-        for stage in SHARED_STAGES:
-            link = out / arm / stage
-            if not link.exists() and not link.is_symlink():
-                link.parent.mkdir(parents=True, exist_ok=True)
-                link.symlink_to(Path("..") / first / stage, target_is_directory=True)
+    """Link `arm`'s SFT stages to those of its layout's maker, so its RL starts from the
+    same model and its start row is the same evaluation (the maker makes its own)."""
+    maker = layout_maker(arm, arms)
+    if maker == arm:
         return
+    for stage in SHARED_STAGES:
+        link = out / arm / stage
+        if not link.exists() and not link.is_symlink():
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(Path("..") / maker / stage, target_is_directory=True)
 
 
 def demo_command(out: Path, arm: str, flags: list[str], extra: list[str]) -> list[str]:
@@ -96,13 +101,13 @@ def demo_command(out: Path, arm: str, flags: list[str], extra: list[str]) -> lis
     the recipe's (the budget, seeds), `extra` dotted overrides."""
     return [
         sys.executable, "-m", "starpo", "demo", "--env", "frozenlake", "--no-base",
-        "--methods", "grpo", "--out", str(out / arm), *flags, *COMMON, *ARMS[arm], *extra,
+        "--methods", METHOD, "--out", str(out / arm), *flags, *COMMON, *ARMS[arm], *extra,
     ]  # fmt: skip
 
 
 def layout_makers(arms: list[str]) -> list[str]:
-    """The arms that make their layout's SFT model: the first of each layout in `arms`."""
-    return [arm for i, arm in enumerate(arms) if all(layout(b) != layout(arm) for b in arms[:i])]
+    """The arms that make their layout's SFT model, in `arms` order."""
+    return [arm for arm in arms if layout_maker(arm, arms) == arm]
 
 
 def run_arms(out: Path, arms: list[str], flags: list[str], extra: list[str], parallel: int):
@@ -132,7 +137,7 @@ def arm_rows(out: Path, arm: str) -> dict | None:
     except (OSError, json.JSONDecodeError):
         return None
     rl = next(row for name, row in results["rows"].items() if name.startswith("SFT + "))
-    run = results["rl_runs"].get("grpo", {})
+    run = results["rl_runs"].get(METHOD, {})
     return {
         "overrides": ARMS[arm],
         "start": results["rows"]["SFT"],
@@ -191,7 +196,7 @@ def export(out: Path, dest: Path) -> None:
     shutil.copy(out / "results.json", dest / "results.json")
     for arm in ARMS:
         for name in ("metrics.jsonl", "config.yaml", "alerts.jsonl"):
-            source = out / arm / "rl-grpo" / name
+            source = out / arm / f"rl-{METHOD}" / name
             if source.exists():
                 (dest / arm).mkdir(exist_ok=True)
                 shutil.copy(source, dest / arm / name)

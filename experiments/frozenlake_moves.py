@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import deque
+from functools import lru_cache
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -48,9 +49,10 @@ def parse_map(state: str) -> tuple[tuple[str, ...], tuple[int, int]] | None:
     return tuple("".join(LETTERS[cell] for cell in row) for row in rows), player[0]
 
 
+@lru_cache(maxsize=1024)  # an episode's turns all show one map: its BFS runs once
 def distances_to_goal(rows: tuple[str, ...]) -> dict[tuple[int, int], int]:
     """Moves from every cell that can reach the goal without crossing a hole (BFS from the
-    goal; a move off the grid stays, so it is never a step closer)."""
+    goal; a move off the grid stays, so it is never a step closer). Callers only read it."""
     cells = [(r, c) for r in range(len(rows)) for c in range(len(rows[0]))]
     goal = next(cell for cell in cells if rows[cell[0]][cell[1]] == "G")
     dist = {goal: 0}
@@ -117,14 +119,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no step_*.jsonl in {folder}; pass a run folder of `starpo train`",
               file=sys.stderr)  # fmt: skip
         return 2
-    print("step   turns  good moves  random would  lift")
+    print("step   turns  good moves  random would  lift  no action")
     for step, path in files:
         read = load_jsonl(path, skip_broken=True)
         warn_skipped(read)
         quality = move_quality(read.records)
         lift = quality["good"] - quality["random"]
         print(f"{step:>4}  {quality['turns']:>6}  {quality['good']:>10.1%}  "
-              f"{quality['random']:>12.1%}  {lift:+.1%}")  # fmt: skip
+              f"{quality['random']:>12.1%}  {lift:+.1%}  {quality['unanswered']:>9}")  # fmt: skip
     return 0
 
 
