@@ -84,3 +84,19 @@ def test_the_validation_seeds_have_one_owner():
     default = inspect.signature(play_episodes).parameters["seed_start"].default
     assert default == VALIDATION_SEED_START
     assert validation_seeds() == range(VALIDATION_SEED_START, VALIDATION_SEED_START + 256)
+
+
+def test_optimal_action_rate_ranks_the_solver_above_random_play():
+    """On dry-ice FrozenLake the solver's moves are all optimal and random moves are so about
+    a third of the time (a cell closer to the goal); an env that judges no moves (Countdown)
+    gets no rate at all rather than a made-up one."""
+    from starpo.evaluation.scripted import play_episodes
+
+    dry = {"is_slippery": False}
+    solver = summarise(list(play_episodes("frozenlake", "solver", 32, env_kwargs=dry)))
+    random = summarise(list(play_episodes("frozenlake", "random", 64, env_kwargs=dry)))
+    assert solver["optimal_action_rate"] == 1.0
+    assert 0.2 < random["optimal_action_rate"] < 0.5
+    assert "optimal_action_rate" not in summarise(list(play_episodes("countdown", "random", 4)))
+    episode = next(play_episodes("frozenlake", "random", 1, env_kwargs=dry))
+    assert Episode.from_json(episode.to_json()) == episode  # the judged flags round-trip

@@ -380,6 +380,18 @@ def test_contribution_says_where_the_interval_lies():
     assert "B's own contribution: -30.0% (below both 95% intervals)" in table
 
 
+def test_the_table_shows_optimal_moves_only_where_the_env_judged_them():
+    sft = {**ROW, "num_episodes": 256, "optimal_action_rate": 0.35}
+    plain = {**ROW, "num_episodes": 256}
+    rows = {"SFT": sft, "SFT + A": {**sft, "optimal_action_rate": 0.6}, "random": plain}
+    results = {"env": "frozenlake", "val_seed_start": 123, "preset": "p", "rows": rows}
+    table = format_results({**results, "minutes": {}}).splitlines()
+    assert table[1].endswith("optimal moves")
+    assert table[2].endswith("35.0%") and table[3].endswith("60.0%") and table[4].endswith("-")
+    unjudged = dict.fromkeys(rows, plain)
+    assert "optimal" not in format_results({**results, "rows": unjudged, "minutes": {}})
+
+
 @pytest.mark.parametrize("env_id", sorted(RECIPES))
 def test_every_recipe_runs_its_stages_on_its_own_env(tmp_path, stubbed, env_id):
     results = run_recipe(env_id, tmp_path, RecipeChoices(eval_seeds=3), base_rows=False)

@@ -23,6 +23,9 @@ class EnvStep:
     truncated: bool
     action_is_valid: bool
     action_is_effective: bool
+    # Whether an optimal policy could have taken this action (`TextEnv.good_actions`); None
+    # when the env did not judge it (no solver, an invalid action, a lost episode).
+    action_is_optimal: bool | None = None
     # A tool-calling env's result of the call (`info["tool_result"]`); None for other envs
     # and older records.
     tool_result: str | None = None
@@ -88,6 +91,8 @@ class Turn:
     num_valid: int = 0  # == len(executed); only these use the action budget
     num_effective: int = 0  # valid actions that changed the env state
     num_invalid: int = 0  # rejected by the env (no effect, no budget used, format penalty)
+    num_judged: int = 0  # valid actions the env's solver judged (`TextEnv.good_actions`)
+    num_optimal: int = 0  # judged actions an optimal policy could have taken
     response_tokens: int = 0
     think_tokens: int = 0
     finish_reason: str = "stop"  # "stop" or "length" (hit the per-turn token budget)

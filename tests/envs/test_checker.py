@@ -90,8 +90,29 @@ class ClockKeyEnv(CounterEnv):
         return (self.count, time.perf_counter_ns())  # never equal twice
 
 
+class JudgedCounterEnv(CounterEnv):
+    """Judges moves correctly: Inc is the only move that helps."""
+
+    def optimal_action(self) -> str | None:
+        return None if self.done else "Inc"
+
+    def good_actions(self) -> frozenset[str] | None:
+        return None if self.done else frozenset({"Inc"})
+
+
+class SolverOutsideGoodEnv(JudgedCounterEnv):
+    def good_actions(self) -> frozenset[str] | None:
+        return frozenset({"Stay"})
+
+
+class UnknownGoodActionEnv(JudgedCounterEnv):
+    def good_actions(self) -> frozenset[str] | None:
+        return frozenset({"Inc", "Jump"})
+
+
 def test_minimal_correct_env_passes():
-    assert len(check_env(CounterEnv())) == 8
+    assert len(check_env(CounterEnv())) == 9
+    assert "judged moves" in check_env(JudgedCounterEnv())
 
 
 @pytest.mark.parametrize(
@@ -103,6 +124,8 @@ def test_minimal_correct_env_passes():
         (StatefulInvalidEnv, "changed the state"),
         (SetKeyEnv, "state_key.. must return a str, an int or a tuple"),
         (ClockKeyEnv, "different state keys"),
+        (SolverOutsideGoodEnv, "is not in good_actions"),
+        (UnknownGoodActionEnv, "frozenset of action names"),
     ],
 )
 def test_checker_catches_broken_envs(env_class: type[TextEnv], fragment: str):

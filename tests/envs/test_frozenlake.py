@@ -431,6 +431,49 @@ def test_on_dry_ice_the_solver_walks_a_shortest_path(seed):
     assert env.is_success() and moves == shortest
 
 
+def _moves_to_goal(desc: tuple[str, ...], cell: tuple[int, int]) -> int | None:
+    """Fewest moves from `cell` to the goal around the holes (None off the map or in a hole),
+    by the map-level BFS `shortest_path_length` with the start moved to `cell`."""
+    r, c = cell
+    if not (0 <= r < len(desc) and 0 <= c < len(desc[0])) or desc[r][c] == "H":
+        return None
+    return 0 if desc[r][c] == "G" else shortest_path_length(with_start_at(desc, cell))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_on_dry_ice_the_good_actions_are_the_moves_a_cell_closer(seed):
+    """Every move a cell closer to the goal is judged optimal, and only those; walking the
+    last of them (not the solver's own tie-break) keeps them so all the way."""
+    env = FrozenLakeEnv(is_slippery=False, max_steps=10)
+    env.reset(seed=seed)
+    while not env.done:
+        here = env.position
+        distance = _moves_to_goal(env.desc, here)
+        closer = {
+            name
+            for name, (dr, dc) in zip(ACTIONS, MOVES, strict=True)
+            if _moves_to_goal(env.desc, (here[0] + dr, here[1] + dc)) == distance - 1
+        }
+        assert env.good_actions() == closer
+        *_, info = env.step(sorted(closer)[-1])
+        assert info["action_is_optimal"] is True
+    assert env.is_success()
+
+
+def test_a_lost_episode_judges_no_move():
+    env = FrozenLakeEnv()
+    env.reset(options={"desc": ["SH", "HG"]})
+    assert env.good_actions() is None
+    *_, info = env.step("Right")
+    assert info["action_is_optimal"] is None
+
+
+def test_slippery_good_actions_hold_the_solver_move_and_only_equally_good_ones():
+    env = FrozenLakeEnv(max_steps=100)
+    env.reset(options={"desc": STANDARD})
+    assert env.good_actions() == {"Left"}  # the classic cautious move is the only best one
+
+
 def test_quickest_best_breaks_ties_by_the_next_budget_then_the_lowest_id():
     now = np.array([[1.0, 1.0, 1.0, 0.5]])  # three actions equally sure within t moves
     sooner = np.array([[0.0, 1.0, 1.0, 1.0]])  # two of them also within t - 1

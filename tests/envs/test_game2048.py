@@ -22,7 +22,7 @@ def board_of(env: Game2048Env) -> list[list[int]]:
     "kwargs", [{}, {"size": 3, "target": 64, "max_steps": 80}, {"size": 2, "target": 16}]
 )
 def test_checker_passes(kwargs):
-    assert len(check_env(Game2048Env(**kwargs))) == 8
+    assert len(check_env(Game2048Env(**kwargs))) == 9
 
 
 def test_registered_ids_build():

@@ -364,6 +364,8 @@ def test_optimal_hooks_follow_the_budget():
 
 def test_plan_is_cached_along_the_way(monkeypatch):
     env = make("sokoban-large")
+    # only the solver's own moves: judging a move (good_actions) searches from its neighbours
+    monkeypatch.setattr(env, "good_actions", lambda: None)
     env.reset(seed=10_001)
     calls = []
     real = SokobanSolver.solve
@@ -407,3 +409,27 @@ def test_sokoban_coord_states_the_grid_cells_in_words(seed):
 def test_sokoban_coordinates_flag_must_be_a_bool():
     with pytest.raises(UserError, match="coordinates must be true or false"):
         make("sokoban", coordinates="yes")
+
+
+@pytest.mark.parametrize("seed", range(10000, 10020))
+def test_good_actions_are_the_moves_that_shorten_the_solution(seed):
+    """A move is judged optimal iff the puzzle is solvable in one move fewer after it; the
+    solver's move always is, a blocked move never."""
+    from starpo.envs.sokoban.env import move
+
+    env = make("sokoban")
+    env.reset(seed=seed)
+    length = len(env._plan_from_here())
+    good = env.good_actions()
+    assert env.optimal_action() in good
+    for index, name in enumerate(env.action_names):
+        moved = move(env.level.walls, env.boxes, env.player, index)
+        after = (
+            None
+            if moved is None
+            else SokobanSolver(env.level.walls, env.level.targets, env.level.shape).solve(
+                *moved, max_depth=length
+            )
+        )
+        shortens = after is not None and len(after) == length - 1
+        assert (name in good) == shortens, (name, after)

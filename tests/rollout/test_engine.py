@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from starpo.envs import make
+from starpo.evaluation.summary import summarise
 from starpo.models import load_tokenizer
 from starpo.rollout.backends.hf import HFBackend
 from starpo.rollout.engine import EpisodeSettings, RolloutEngine
@@ -292,3 +293,17 @@ def test_format_reminder_only_in_the_first_turn_when_asked(scripted_backend):
     assert [u.replace(" " + reminder, "") for u in users[True][1:]] == users[False][1:]
     assert len(runs[False].token_ids) < len(runs[True].token_ids)
     assert [t.executed for t in runs[False].turns] == [t.executed for t in runs[True].turns]
+
+
+def test_turns_count_the_moves_the_solver_judges(scripted_backend):
+    """A turn counts its valid actions the env judged (`good_actions`) and the optimal ones
+    among them; invalid actions are not judged, and the summary turns counts into a rate."""
+    env = make("sokoban")
+    env.reset(seed=10000)
+    good = sorted(env.good_actions())[0]
+    bad = next(a for a in env.action_names if a not in env.good_actions())
+    for reply, optimal in ((f"{good} || Foo", 1), (bad, 0)):
+        traj = _play(scripted_backend, {1: reply}, max_turns=1, max_actions_per_turn=2)
+        (turn,) = traj.turns
+        assert (turn.num_valid, turn.num_judged, turn.num_optimal) == (1, 1, optimal)
+        assert summarise([traj])["optimal_action_rate"] == optimal

@@ -74,6 +74,9 @@ def test_eval_model_writes_summary_trajectories_and_baselines(tiny_model_dir: Pa
     assert summary["mean_response_tokens"] == 6  # random tokens never stop early
     assert summary["generation_tokens_per_s"] > 0
     assert summary["baselines"]["solver"]["success"] == 1.0
+    # Sokoban judges moves: the solver's are all optimal; the table gets the column
+    assert summary["baselines"]["solver"]["optimal_action_rate"] == 1.0
+    assert "optimal" in result.stdout.splitlines()[1]
     assert summary["settings"]["temperature"] == 0.5
     lines = (out / "trajectories.jsonl").read_text().splitlines()
     assert len(lines) == 6

@@ -164,15 +164,19 @@ def format_comparison(summary: dict[str, Any]) -> str:
     """The model beside the reference policies on the same seeds, then the model's details."""
     rows = [("model", summary)] + list(summary["baselines"].items())
     mode = _mode(summary["settings"])
+    judged = any("optimal_action_rate" in s for _, s in rows)  # the env judges moves
     lines = [
         f"{summary['env']}: {summary['num_episodes']} episodes, model {summary['model']}, {mode}",
-        f"{'policy':<8}{'success':>9}  {'95% CI':<17}{'reward':>8}{'valid':>8}",
+        f"{'policy':<8}{'success':>9}  {'95% CI':<17}{'reward':>8}{'valid':>8}"
+        + (f"{'optimal':>9}" if judged else ""),
     ]
     for name, s in rows:
         low, high = s["success_ci95_low"], s["success_ci95_high"]
+        optimal = s.get("optimal_action_rate")
         lines.append(
             f"{name:<8}{s['success']:>9.1%}  {f'{low:.1%} - {high:.1%}':<17}"
             f"{s['reward']:>8.3f}{s['valid_action_rate']:>8.1%}"
+            + ((f"{optimal:>9.1%}" if optimal is not None else f"{'-':>9}") if judged else "")
         )
     passes = "  ".join(f"{k} {v:.1%}" for k, v in summary.items() if k.startswith("pass@"))
     lines += [

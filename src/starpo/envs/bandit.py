@@ -118,6 +118,10 @@ class BanditEnv(TextEnv):
     def optimal_success_probability(self) -> float:
         return 1.0 if self._pulled is None else float(self.is_success())
 
+    def good_actions(self) -> frozenset[str] | None:
+        """The arm with the higher expected reward, until an arm is pulled."""
+        return None if self._pulled is not None else frozenset({self.best_arm})
+
     def explain(self, action: str) -> str | None:
         """Why the solver's arm: which arm is the risky one, and which pays more on average
         (the same expected rewards `best_arm` compares). None for the other arm."""

@@ -58,7 +58,8 @@ class TextEnv(ABC):
     `reset(*, seed=None, options=None) -> (obs, info)` and
     `step(action) -> (obs, reward, terminated, truncated, info)`; `info` always carries
     `success`, `action_is_valid`, `action_is_effective`, `action` (the canonical action name,
-    or None when the action was invalid) and `steps_left`.
+    or None when the action was invalid) and `steps_left`; a valid action's info adds
+    `action_is_optimal` (None when the env does not judge moves, see `good_actions`).
     """
 
     #: One line shown by `starpo envs`.
@@ -142,6 +143,15 @@ class TextEnv(ABC):
         """Success probability of the optimal policy from the current state and budget."""
         raise NotImplementedError(f"{type(self).__name__} has no solver")
 
+    def good_actions(self) -> frozenset[str] | None:
+        """Every action an optimal policy could take now, ties included (on dry-ice
+        FrozenLake: each move a cell closer to the goal), or None when the env does not
+        judge moves (the default) or no action helps any more. `step` reports whether the
+        action taken was one of them (`info["action_is_optimal"]`), and summaries turn that
+        into `optimal_action_rate`: whether a policy plays well move by move, long before
+        its successes say so."""
+        return None
+
     def explain(self, action: str) -> str | None:
         """One or two short sentences, in the agent's voice, saying why `action` is a good
         move from the current state (call before the action is applied); None when the env
@@ -189,11 +199,13 @@ class TextEnv(ABC):
             info = self._info(valid=False, effective=False, action=None)
             return self.render(), 0.0, False, False, info
         label = self.action_label(parsed)  # before _step: a label may read the state
+        good = self.good_actions()  # judged on the state the action was chosen in
         reward, terminated, effective, extra = self._step(parsed)
         self.num_steps += 1
         truncated = not terminated and self.num_steps >= self.max_steps
         self._done = terminated or truncated
         info = self._info(valid=True, effective=effective, action=label)
+        info["action_is_optimal"] = None if good is None else label in good
         info.update(extra)
         return self.render(), float(reward), bool(terminated), bool(truncated), info
 

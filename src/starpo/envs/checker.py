@@ -240,6 +240,35 @@ def check_state_keys(env: TextEnv, seeds: list[int]) -> None:
         _require(env.state_key() == key, "an invalid action changed state_key()")
 
 
+def check_good_actions(env: TextEnv, seeds: list[int]) -> None:
+    """Where an env judges moves (`good_actions`), the judged set names valid actions and
+    holds the solver's own move, and `step` reports that move as optimal. The solver plays
+    each seed; an env without `good_actions` passes as it is."""
+    if not _overrides(env, "good_actions"):
+        return
+    for seed in seeds:
+        env.reset(seed=seed)
+        for _ in range(env.max_steps):
+            good = env.good_actions()
+            if good is None:
+                break
+            _require(
+                isinstance(good, frozenset) and all(env.action_index(a) is not None for a in good),
+                f"good_actions() must be a frozenset of action names, got {good!r}",
+            )
+            action = env.optimal_action()
+            if action is None:
+                break
+            _require(action in good, f"optimal_action() {action!r} is not in good_actions()")
+            *_, terminated, truncated, info = env.step(action)
+            _require(
+                info.get("action_is_optimal") is True,
+                "step() must report the solver's move as action_is_optimal=True",
+            )
+            if terminated or truncated:
+                break
+
+
 CHECKS: dict[str, Callable[[TextEnv, list[int]], None]] = {
     "attributes": check_attributes,
     "reset": check_reset,
@@ -249,6 +278,7 @@ CHECKS: dict[str, Callable[[TextEnv, list[int]], None]] = {
     "determinism": check_determinism,
     "random agent": check_random_agent,
     "state keys": check_state_keys,
+    "judged moves": check_good_actions,
 }
 
 

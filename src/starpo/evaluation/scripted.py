@@ -41,6 +41,7 @@ def run_episode(
                 truncated=truncated,
                 action_is_valid=info["action_is_valid"],
                 action_is_effective=info["action_is_effective"],
+                action_is_optimal=info.get("action_is_optimal"),
                 tool_result=info.get("tool_result"),
             )
         )

@@ -17,17 +17,22 @@ from starpo.stats import mean, pass_at_k, ratio, wilson_interval
 from starpo.types import Episode, Record, Trajectory
 
 
-def _action_counts(episode: Record) -> tuple[int, int, int]:
-    """(valid, invalid, effective) actions of one episode of either kind."""
+def _action_counts(episode: Record) -> tuple[int, int, int, int, int]:
+    """(valid, invalid, effective, judged, optimal) actions of one episode of either kind
+    (judged: valid actions the env's solver judged; optimal: those it counted as optimal)."""
     if isinstance(episode, Episode):
         steps = episode.steps
         valid = sum(s.action_is_valid for s in steps)
-        return valid, len(steps) - valid, sum(s.action_is_effective for s in steps)
+        judged = [s.action_is_optimal for s in steps if s.action_is_optimal is not None]
+        effective = sum(s.action_is_effective for s in steps)
+        return valid, len(steps) - valid, effective, len(judged), sum(judged)
     turns = episode.turns
     return (
         sum(t.num_valid for t in turns),
         sum(t.num_invalid for t in turns),
         sum(t.num_effective for t in turns),
+        sum(t.num_judged for t in turns),
+        sum(t.num_optimal for t in turns),
     )
 
 
@@ -86,7 +91,9 @@ def summarise(
     `train/<env>/` and `val/<env>/`):
     num_episodes; success with its 95% Wilson interval success_ci95_low/high; pass@k per
     seed; reward (the env's, per episode); num_actions (per episode); valid_action_rate
-    (valid / tried); effective_action_rate (state-changing / valid). Scripted episodes add
+    (valid / tried); effective_action_rate (state-changing / valid); where the env judges
+    moves (`TextEnv.good_actions`: Bandit, Sokoban, FrozenLake), optimal_action_rate
+    (actions an optimal policy could have taken / judged ones). Scripted episodes add
     optimal_success (mean optimal success probability; None without a solver). LLM
     trajectories add train_reward (with format penalties), format_ok (share of turns),
     num_turns, mean_response_tokens and mean_think_tokens (per turn), generated_tokens,
@@ -98,7 +105,7 @@ def summarise(
     successes = sum(e.success for e in episodes)
     low, high = wilson_interval(successes, n)
     counts = [_action_counts(e) for e in episodes]
-    valid, invalid, effective = (sum(c[i] for c in counts) for i in range(3))
+    valid, invalid, effective, judged, optimal = (sum(c[i] for c in counts) for i in range(5))
     rewards = [e.total_reward if isinstance(e, Episode) else e.env_reward for e in episodes]
     summary: dict[str, Any] = {
         "num_episodes": n,
@@ -111,6 +118,8 @@ def summarise(
         "valid_action_rate": ratio(valid, valid + invalid),
         "effective_action_rate": ratio(effective, valid),
     }
+    if judged:  # only envs with `good_actions` judge moves
+        summary["optimal_action_rate"] = ratio(optimal, judged)
     scripted = [e for e in episodes if isinstance(e, Episode)]
     if scripted:
         optimal = [e.optimal_success_prob for e in scripted if e.optimal_success_prob is not None]

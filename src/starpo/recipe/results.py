@@ -68,16 +68,21 @@ def format_results(results: dict[str, Any]) -> str:
     rows = results["rows"]
     labels = {name: row.get("label", name) for name, row in rows.items()}
     width = max(16, *(len(label) + 2 for label in labels.values()))
+    # envs that judge moves (TextEnv.good_actions): the share of moves an optimal policy makes
+    judged = any("optimal_action_rate" in row for row in rows.values())
     lines = [
         f"{results['env']}: validation seeds from {results['val_seed_start']}, "
         f"preset {results['preset']}",
-        f"{'policy':<{width}}{'episodes':>9}{'success':>9}  {'95% CI':<17}{'format ok':>10}",
+        f"{'policy':<{width}}{'episodes':>9}{'success':>9}  {'95% CI':<17}{'format ok':>10}"
+        + (f"{'optimal moves':>15}" if judged else ""),
     ]
     for name, row in rows.items():
         interval = f"{row['success_ci95_low']:.1%} - {row['success_ci95_high']:.1%}"
+        optimal = row.get("optimal_action_rate")
         lines.append(
             f"{labels[name]:<{width}}{row['num_episodes']:>9}{row['success']:>9.1%}  "
             f"{interval:<17}{row['format_ok']:>10.1%}"
+            + ((f"{optimal:>15.1%}" if optimal is not None else f"{'-':>15}") if judged else "")
         )
     held = " (held-out)"
     for name, rl in rows.items():

@@ -144,7 +144,8 @@ def evaluate(
         )
     write_results(folder, result.trajectories, summary)
     keys = ("success", "success_ci95_low", "success_ci95_high", "format_ok", "num_episodes")
-    return {"model": model, **{k: summary[k] for k in keys}}
+    judged = {k: summary[k] for k in ("optimal_action_rate",) if k in summary}
+    return {"model": model, **{k: summary[k] for k in keys}, **judged}
 
 
 #: The recipe as it is.

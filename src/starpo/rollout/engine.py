@@ -478,6 +478,9 @@ class RolloutEngine:
                 turn.num_valid += 1
                 turn.executed.append(info["action"])
                 turn.num_effective += int(info["action_is_effective"])
+                if info.get("action_is_optimal") is not None:  # envs may predate the key
+                    turn.num_judged += 1
+                    turn.num_optimal += int(info["action_is_optimal"])
             else:
                 turn.num_invalid += 1
             if terminated or truncated:

@@ -333,6 +333,8 @@ def training_line_keys(env_id: str, validation_id: str, budgeted: bool) -> dict[
         "success": f"{train}/success",
         "reward": f"{train}/reward",
         "format_ok": f"{train}/format_ok",
+        # envs that judge moves (TextEnv.good_actions): the share an optimal policy could take
+        "optimal_actions": f"{train}/optimal_action_rate",
         "entropy": "actor/entropy",
         "grad_norm": "actor/grad_norm",
         "val_success": f"{val}/success",

@@ -36,11 +36,12 @@ from starpo.envs.frozenlake.solver import (
     NO_ACTION,
     START,
     Position,
+    Solution,
     find_tile,
     next_position,
     shortest_path_length,
     slip_directions,
-    solve,
+    solve_with_ties,
 )
 from starpo.errors import UserError
 
@@ -169,7 +170,7 @@ class FrozenLakeEnv(TextEnv):
         self.desc: tuple[str, ...] | None = None  # the current map, set by reset()
         self.position: Position = (0, 0)
         self._solution_key: tuple[Any, ...] | None = None
-        self._solution: tuple[np.ndarray, np.ndarray] | None = None
+        self._solution: Solution | None = None
 
     # ---------------------------------------------------------------- TextEnv hooks
     def _reset(self, options: dict[str, Any]) -> dict[str, Any]:
@@ -235,15 +236,22 @@ class FrozenLakeEnv(TextEnv):
         value iteration); None when the episode is over or no action can reach the goal."""
         if self.done or self.optimal_success_probability() == 0.0:
             return None
-        policy, _ = self._solve()
-        action = int(policy[self.steps_left, self._state()])
+        action = int(self._solve().policy[self.steps_left, self._state()])
         return None if action == NO_ACTION else ACTIONS[action]
 
     def optimal_success_probability(self) -> float:
         """Exact probability that the optimal policy reaches the goal from here within the
         steps left (1 on the goal, 0 in a hole or with no steps left)."""
-        _, success_prob = self._solve()
-        return float(success_prob[max(self.steps_left, 0), self._state()])
+        return float(self._solve().success_prob[max(self.steps_left, 0), self._state()])
+
+    def good_actions(self) -> frozenset[str] | None:
+        """The moves tied for the optimal one: as likely to reach the goal within the steps
+        left, and as quickly (on dry ice: each move a cell closer to the goal, around the
+        holes). None when the episode is over or the goal is out of reach."""
+        if self.done or self.optimal_success_probability() == 0.0:
+            return None
+        best = self._solve().best[self.steps_left, self._state()]
+        return frozenset(ACTIONS[a] for a in np.flatnonzero(best))
 
     def explain(self, action: str) -> str | None:
         """Why the solver's move is good: where the goal lies, and what the transition model
@@ -300,11 +308,11 @@ class FrozenLakeEnv(TextEnv):
     def _state(self) -> int:
         return self.position[0] * len(self._rows()[0]) + self.position[1]
 
-    def _solve(self) -> tuple[np.ndarray, np.ndarray]:
+    def _solve(self) -> Solution:
         """The value-iteration solution of the current map, computed once per map."""
         key = (self._rows(), self.is_slippery, self.max_steps)
         if key != self._solution_key:
-            self._solution = solve(self.desc, self.max_steps, self.is_slippery)
+            self._solution = solve_with_ties(self.desc, self.max_steps, self.is_slippery)
             self._solution_key = key
         assert self._solution is not None
         return self._solution

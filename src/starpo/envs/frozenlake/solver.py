@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -152,23 +152,40 @@ def transition_matrix(desc: Sequence[str] | np.ndarray, is_slippery: bool = True
 
 
 # ---------------------------------------------------------------------- value iteration
+class Solution(NamedTuple):
+    """Exact finite-horizon value iteration of one map, indexed `[t][s]` with `t` = steps
+    left: `policy` (horizon + 1, S), `success_prob` (horizon + 1, S) and `best` (horizon + 1,
+    S, A), every action tied for the policy's choice (all False where `policy` is
+    NO_ACTION)."""
+
+    policy: np.ndarray
+    success_prob: np.ndarray
+    best: np.ndarray
+
+
 def solve(
     desc: Sequence[str] | np.ndarray, horizon: int, is_slippery: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact finite-horizon value iteration (backward induction over steps left).
+    """`(policy, success_prob)` of `solve_with_ties` (see there)."""
+    solution = solve_with_ties(desc, horizon, is_slippery)
+    return solution.policy, solution.success_prob
 
-    Returns `(policy, success_prob)`, both of shape (horizon + 1, n_states), indexed
-    `[t][s]` with `t` = steps left:
+
+def solve_with_ties(
+    desc: Sequence[str] | np.ndarray, horizon: int, is_slippery: bool = True
+) -> Solution:
+    """Exact finite-horizon value iteration (backward induction over steps left).
 
         V[0][s] = 1 if s is the goal else 0
         V[t][s] = 1 on the goal, 0 in a hole, else max_a sum_s' T[s, a, s'] V[t-1][s']
         policy[t][s] = argmax_a of that sum, NO_ACTION on terminal tiles and at t = 0.
 
     Ties are common: with a budget to spare, a detour reaches the goal as surely as the
-    direct path. They go to the quickest action, the one whose chance of arriving within
-    t-2, then t-3, ... moves is highest (on dry ice: a shortest path), then to the lowest
-    action id. (Lowest id alone made the solver walk Left whenever the budget allowed it:
-    48% of its moves on non-slippery 4x4 maps, demonstrations SFT could not learn from.)
+    direct path. They go to the quickest actions, those whose chance of arriving within
+    t-2, then t-3, ... moves is highest (on dry ice: the moves along a shortest path;
+    `best` keeps them all), and `policy` takes the lowest action id among those. (Lowest
+    id alone made the solver walk Left whenever the budget allowed it: 48% of its moves on
+    non-slippery 4x4 maps, demonstrations SFT could not learn from.)
 
     `success_prob[t][s]` is the exact probability that the optimal policy reaches the goal
     within `t` moves from `s` (equal to the optimal undiscounted expected return).
@@ -183,23 +200,29 @@ def solve(
     policy = np.full((horizon + 1, n_states), NO_ACTION, dtype=np.int64)
     success_prob = np.zeros((horizon + 1, n_states))
     success_prob[:, goal] = 1.0
+    best = np.zeros((horizon + 1, *matrix.shape[:2]), dtype=bool)
     q_by_budget = []  # q_by_budget[k][s, a]: P(goal within k + 1 moves | a first)
     for t in range(1, horizon + 1):
         q_by_budget.append(matrix @ success_prob[t - 1])  # (S, A)
-        best = q_by_budget[-1].max(axis=1)  # (S,)
-        success_prob[t, ~terminal] = best[~terminal]
-        policy[t, ~terminal] = quickest_best(q_by_budget[::-1])[~terminal]
-    policy.setflags(write=False)
-    success_prob.setflags(write=False)
-    return policy, success_prob
+        success_prob[t, ~terminal] = q_by_budget[-1].max(axis=1)[~terminal]
+        best[t, ~terminal] = quickest_candidates(q_by_budget[::-1])[~terminal]
+        policy[t, ~terminal] = np.argmax(best[t], axis=1)[~terminal]
+    for array in (policy, success_prob, best):
+        array.setflags(write=False)
+    return Solution(policy, success_prob, best)
 
 
-def quickest_best(q_by_budget: Sequence[np.ndarray]) -> np.ndarray:
-    """Per state, the action that is best under the first budget's values (S, A), ties
-    broken by the next budget's (fewer moves), and so on; the lowest action id last.
-    Mathematically equal values can differ in the last bits, hence the tolerance."""
+def quickest_candidates(q_by_budget: Sequence[np.ndarray]) -> np.ndarray:
+    """Per state (S, A), the actions best under the first budget's values, ties kept only
+    where the next budget's values (fewer moves) tie as well, and so on. Mathematically
+    equal values can differ in the last bits, hence the tolerance."""
     candidates = np.ones(q_by_budget[0].shape, dtype=bool)
     for q in q_by_budget:
         best = np.where(candidates, q, -np.inf).max(axis=1, keepdims=True)
         candidates &= q >= best - 1e-12
-    return np.argmax(candidates, axis=1)
+    return candidates
+
+
+def quickest_best(q_by_budget: Sequence[np.ndarray]) -> np.ndarray:
+    """Per state, the lowest-id action among `quickest_candidates`."""
+    return np.argmax(quickest_candidates(q_by_budget), axis=1)

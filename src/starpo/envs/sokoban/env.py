@@ -236,6 +236,21 @@ class SokobanEnv(TextEnv):
         """1.0 when the puzzle can be solved within `steps_left` actions, else 0.0."""
         return 0.0 if self._plan_from_here() is None else 1.0
 
+    def good_actions(self) -> frozenset[str] | None:
+        """The moves that begin some shortest solution within the steps left: those after
+        which the puzzle is solvable in one move fewer than from here. None when it is
+        solved or out of reach."""
+        plan = self._plan_from_here()
+        if not plan:
+            return None
+        assert self.level is not None and self._solver is not None
+        good = set()
+        for index, name in enumerate(self.action_names):
+            moved = move(self.level.walls, self.boxes, self.player, index)
+            if moved is not None and self._plan_within(*moved, len(plan) - 1) is not None:
+                good.add(name)
+        return frozenset(good)
+
     def explain(self, action: str) -> str | None:
         """Why the solver's move is good: where the box it works on stands (relative to me,
         or to the target the plan brings it to) and what the move does. Symbols are the
@@ -285,17 +300,21 @@ class SokobanEnv(TextEnv):
 
     def _plan_from_here(self) -> list[str] | None:
         """A shortest plan from the current state within `steps_left`, cached."""
+        return self._plan_within(self.boxes, self.player, self.steps_left)
+
+    def _plan_within(self, boxes: frozenset[Cell], player: Cell, budget: int) -> list[str] | None:
+        """A shortest plan from (boxes, player) of at most `budget` moves, cached."""
         if self._solver is None:
             raise RuntimeError("call reset() first")
-        key, budget = (self.boxes, self.player), self.steps_left
+        key = (boxes, player)
         if key in self._plans:
             plan, bound = self._plans[key]
             if plan is not None:
                 return plan if len(plan) <= budget else None
             if bound >= budget:
                 return None
-        plan = self._solver.solve(self.boxes, self.player, max_depth=budget)
-        self._remember(self.boxes, self.player, plan, budget)
+        plan = self._solver.solve(boxes, player, max_depth=budget)
+        self._remember(boxes, player, plan, budget)
         return plan
 
     def _remember(
