@@ -7,9 +7,10 @@ goal, per saved step of a run, against what uniform random moves would score the
 Success moves little while a policy learns to read the map (a good move is undone by the
 next bad one), and a template-collapsed policy can keep its success by luck; this reads the
 moves themselves. For every turn of the saved episodes (`val_trajectories/`, or with
-`--train` the training rollouts a step logged) it parses the map the turn was shown, finds
-the cells' distances to the goal around the holes, and counts the turn's first action as
-good when it leads one cell closer. The random column is the share of the four actions
+`--train` the training rollouts a step logged) it parses the map the turn was shown and
+counts the turn's first action as good when it leads one cell closer to the goal around
+the holes (the env's `good_actions`; runs made since it exists also log the rate live as
+`train/frozenlake/optimal_action_rate` and `val/...`, over every action). The random column is the share of the four actions
 that would have been good, averaged over the same turns: a policy that ignores the map
 scores about that when it picks uniformly, and less when it favours one action (it ends up
 pressed against a wall, every turn wasted); a lift above it means the moves follow the map.
@@ -20,14 +21,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import deque
 from functools import lru_cache
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from starpo.envs.frozenlake.env import ACTIONS  # noqa: E402
-from starpo.envs.frozenlake.solver import next_position  # noqa: E402
+from starpo.envs.frozenlake.env import ACTIONS, FrozenLakeEnv  # noqa: E402
 from starpo.runs import load_jsonl, step_files, warn_skipped  # noqa: E402
 
 # Rendered symbols (TILE_SYMBOLS, PLAYER_SYMBOLS) -> map letters; the player's own cell
@@ -49,34 +48,21 @@ def parse_map(state: str) -> tuple[tuple[str, ...], tuple[int, int]] | None:
     return tuple("".join(LETTERS[cell] for cell in row) for row in rows), player[0]
 
 
-@lru_cache(maxsize=1024)  # an episode's turns all show one map: its BFS runs once
-def distances_to_goal(rows: tuple[str, ...]) -> dict[tuple[int, int], int]:
-    """Moves from every cell that can reach the goal without crossing a hole (BFS from the
-    goal; a move off the grid stays, so it is never a step closer). Callers only read it."""
-    cells = [(r, c) for r in range(len(rows)) for c in range(len(rows[0]))]
-    goal = next(cell for cell in cells if rows[cell[0]][cell[1]] == "G")
-    dist = {goal: 0}
-    frontier = deque([goal])
-    while frontier:
-        here = frontier.popleft()
-        for cell in cells:
-            if cell not in dist and rows[cell[0]][cell[1]] != "H":
-                if any(next_position(rows, cell, d) == here for d in range(len(ACTIONS))):
-                    dist[cell] = dist[here] + 1
-                    frontier.append(cell)
-    return dist
+#: A move budget no path on a small map needs: with it the env's judgement is "a cell
+#: closer to the goal around the holes", whatever the turn's own budget was.
+JUDGE_BUDGET = 100
 
 
-def good_actions(rows: tuple[str, ...], player: tuple[int, int]) -> set[str]:
-    """The actions that lead one move closer to the goal (empty when none can reach it)."""
-    dist = distances_to_goal(rows)
-    if player not in dist:
-        return set()
-    return {
-        name
-        for d, name in enumerate(ACTIONS)
-        if dist.get(next_position(rows, player, d)) == dist[player] - 1
-    }
+@lru_cache(maxsize=4096)  # an episode's turns all show one map: each cell is judged once
+def good_actions(rows: tuple[str, ...], player: tuple[int, int]) -> frozenset[str]:
+    """The actions that lead one move closer to the goal (empty when none can reach it):
+    the env's own judgement (`FrozenLakeEnv.good_actions` on dry ice), the map's start
+    moved to the player's cell."""
+    desc = [list(row) for row in rows]
+    desc[player[0]][player[1]] = "S"
+    env = FrozenLakeEnv(is_slippery=False, max_steps=JUDGE_BUDGET)
+    env.reset(options={"desc": ["".join(row) for row in desc]})
+    return env.good_actions() or frozenset()
 
 
 def move_quality(trajectories: list[dict]) -> dict[str, float]:
