@@ -1,5 +1,6 @@
-"""`starpo report`'s template-collapse panels (RAGEN-2's probe, diagnostics.mi_every):
-drawn for runs that logged the probe's metrics, absent from runs that did not."""
+"""`starpo report`'s optional panels, the template-collapse probe's (RAGEN-2's,
+diagnostics.mi_every) and the optimal-move rate's: drawn for runs that logged their
+metrics, absent from runs that did not."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def test_probe_panels_are_drawn_when_the_run_has_them(tmp_path):
     names = {p.name for p in paths}
     assert {"mi_retrieval.png", "mi.png"} <= names
     data = load_run(run)
-    retrieval, mi = OPTIONAL_PANELS
+    retrieval, mi = (_panel(name) for name in ("mi_retrieval", "mi"))
     assert [label for label, _ in panel_series(data, retrieval)] == [
         "first turn",
         "uniform",
@@ -66,4 +67,24 @@ def test_runs_without_the_probe_get_no_probe_panels(tmp_path):
     assert run_panels([load_run(run)]) == PANELS
     # Compared with a probed run, the panels are there (the plain run draws nothing in them).
     both = [load_run(run), load_run(_run(tmp_path, "probed", probe=True))]
-    assert run_panels(both) == PANELS + OPTIONAL_PANELS
+    assert run_panels(both) == (*PANELS, _panel("mi_retrieval"), _panel("mi"))
+
+
+def _panel(name: str):
+    return next(panel for panel in OPTIONAL_PANELS if panel.name == name)
+
+
+def test_a_run_whose_env_judges_moves_gets_the_optimal_moves_panel(tmp_path):
+    run = tmp_path / "judged"
+    run.mkdir()
+    records = [
+        {"step": s, "train/frozenlake/optimal_action_rate": 0.3 + s / 100} for s in range(1, 6)
+    ]
+    records[-1]["val/frozenlake/optimal_action_rate"] = 0.4
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert "optimal_actions.png" in {p.name for p in write_report([run])}
+    assert run_panels([load_run(run)]) == (*PANELS, _panel("optimal_actions"))
+    assert [label for label, _ in panel_series(load_run(run), _panel("optimal_actions"))] == [
+        "train",
+        "val",
+    ]

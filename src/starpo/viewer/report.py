@@ -72,10 +72,17 @@ PANELS: tuple[Panel, ...] = (
 )
 
 
-#: Panels of metrics a run logs only when a setting turns them on: drawn only for runs
-#: that have them. RAGEN-2's template-collapse probe (diagnostics.mi_every): retrieval
-#: accuracy against its chance level, and the input-reply mutual information.
+#: Panels of metrics a run logs only when a setting or its env turns them on: drawn only
+#: for runs that have them. The share of moves an optimal policy could make (envs whose
+#: solver judges moves, `TextEnv.good_actions`); RAGEN-2's template-collapse probe
+#: (diagnostics.mi_every): retrieval accuracy against its chance level, and the
+#: input-reply mutual information.
 OPTIONAL_PANELS: tuple[Panel, ...] = (
+    Panel(
+        "optimal_actions",
+        "Moves an optimal policy could make",
+        (("train", "train/*/optimal_action_rate"), ("val", "val/*/optimal_action_rate")),
+    ),
     Panel(
         "mi_retrieval",
         "Template collapse: retrieval accuracy",
