@@ -10,10 +10,11 @@ moves themselves. For every turn of the saved episodes (`val_trajectories/`, or 
 `--train` the training rollouts a step logged) it parses the map the turn was shown and
 counts the turn's first action as good when it leads one cell closer to the goal around
 the holes (the env's `good_actions`; runs made since it exists also log the rate live as
-`train/frozenlake/optimal_action_rate` and `val/...`, over every action). The random column is the share of the four actions
-that would have been good, averaged over the same turns: a policy that ignores the map
-scores about that when it picks uniformly, and less when it favours one action (it ends up
-pressed against a wall, every turn wasted); a lift above it means the moves follow the map.
+`train/frozenlake/optimal_action_rate` and `val/...`, over every action). The random
+column is the share of the four actions that would have been good, averaged over the same
+turns: a policy that ignores the map scores about that when it picks uniformly, and less
+when it favours one action (it ends up pressed against a wall, every turn wasted); a lift
+above it means the moves follow the map.
 Non-slippery maps only: on ice that slips, a good move is a distribution, not a cell.
 """
 
