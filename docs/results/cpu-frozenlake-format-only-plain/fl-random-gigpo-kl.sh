@@ -1,0 +1,17 @@
+#!/bin/bash
+# Issue 35, section 2: runs/fl-random-gigpo (GiGPO from the FrozenLake format-only start,
+# 8 maps x 8, all trained, lr 3e-5) drifted its move marginal within 10 steps (Right, then
+# Up/Left). runs/fl-random-gigpo-ent tried an entropy bonus of 0.1 as the restoring force:
+# it spread the closing tag ("</right>") by step 7 (format_ok 0.96, entropy 0.28 -> 0.56).
+# Here a KL to the start instead (k3, 0.3): the start's moves are uniform whatever the map,
+# so this holds the move marginal near uniform and the tags where they were, while the
+# rare successes pull toward reading the map (optimum: start x exp(advantage / 0.3)).
+# Rerun this script to resume (--out resumes). THREADS=2 when nothing else runs.
+cd /work/main
+exec .venv/bin/starpo demo --env frozenlake --sft-from random --sft-episodes 256 --sft-epochs 1 \
+    --no-base --rl-minutes 900 --steps 150 --methods gigpo --out runs/fl-random-gigpo-kl \
+    'env.kwargs={is_slippery: false}' rollout.format_every_turn=false \
+    filter.enabled=false optim.mini_batch_size=32 optim.micro_batch_size=8 \
+    optim.actor_lr=3e-5 algorithm.loss_agg=seq_mean_token_mean optim.detach_context=true \
+    algorithm.kl_coef=0.3 \
+    trainer.val_every=10 trainer.save_every=5 trainer.num_threads=${THREADS:-1}
