@@ -29,9 +29,10 @@ from starpo.envs.frozenlake.solver import (
     NO_ACTION,
     as_rows,
     find_tile,
-    quickest_best,
+    quickest_candidates,
     shortest_path_length,
     solve,
+    solve_with_ties,
     transition_matrix,
     transitions,
 )
@@ -474,12 +475,19 @@ def test_slippery_good_actions_hold_the_solver_move_and_only_equally_good_ones()
     assert env.good_actions() == {"Left"}  # the classic cautious move is the only best one
 
 
-def test_quickest_best_breaks_ties_by_the_next_budget_then_the_lowest_id():
+def test_quickest_candidates_break_ties_by_the_next_budget_and_the_policy_takes_the_lowest_id():
     now = np.array([[1.0, 1.0, 1.0, 0.5]])  # three actions equally sure within t moves
     sooner = np.array([[0.0, 1.0, 1.0, 1.0]])  # two of them also within t - 1
-    assert quickest_best([now, sooner])[0] == 1
-    assert quickest_best([now])[0] == 0
-    assert quickest_best([now + 1e-15, sooner])[0] == 1  # last-bit differences are ties
+    assert quickest_candidates([now, sooner]).tolist() == [[False, True, True, False]]
+    assert quickest_candidates([now]).tolist() == [[True, True, True, False]]
+    last_bits = quickest_candidates([now + 1e-15, sooner])  # last-bit differences are ties
+    assert last_bits.tolist() == [[False, True, True, False]]
+    for is_slippery in (False, True):
+        solution = solve_with_ties(STANDARD, 12, is_slippery)
+        acting = solution.policy != NO_ACTION
+        lowest = np.argmax(solution.best, axis=2)  # the lowest id among the tied actions
+        assert np.array_equal(solution.policy[acting], lowest[acting])
+        assert not solution.best[~acting].any()  # no action judged where none is taken
 
 
 # --------------------------------------------------------------- packaging contracts

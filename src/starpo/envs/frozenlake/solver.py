@@ -221,8 +221,3 @@ def quickest_candidates(q_by_budget: Sequence[np.ndarray]) -> np.ndarray:
         best = np.where(candidates, q, -np.inf).max(axis=1, keepdims=True)
         candidates &= q >= best - 1e-12
     return candidates
-
-
-def quickest_best(q_by_budget: Sequence[np.ndarray]) -> np.ndarray:
-    """Per state, the lowest-id action among `quickest_candidates`."""
-    return np.argmax(quickest_candidates(q_by_budget), axis=1)
