@@ -79,6 +79,9 @@ def test_openenv_client_plays_a_served_env_as_it_plays_locally(env_id):
                     assert obs["truncated"] == truncated and obs["success"] == info["success"]
                     assert obs["action_is_valid"] == info["action_is_valid"]
                     assert obs["action"] == info["action"]
+                    assert obs["action_is_optimal"] == info.get("action_is_optimal")
+                    good = None if local.done else local.good_actions()
+                    assert obs["good_actions"] == (None if good is None else sorted(good))
                     assert obs["tool_result"] == info.get("tool_result")  # a tool env's
                     assert obs["tools"] == (local.tool_schemas() if info.get("tool_result") else [])
         finally:
@@ -183,6 +186,32 @@ def test_a_served_env_played_as_env_id_openenv_gives_the_same_episodes(tiny, env
         )
         assert active_sessions(url) == 0
     assert comparable(remote) == comparable(local)
+
+
+@pytest.mark.parametrize("env_id", ["frozenlake", "sokoban"])
+def test_a_served_env_judges_moves_through_env_id_openenv_as_the_local_one(env_id):
+    """`action_is_optimal` crosses the wire: random moves (and an invalid answer, never
+    judged) get the local env's verdicts, and both kinds occur, so the check can fail."""
+    kwargs = {"is_slippery": False} if env_id == "frozenlake" else {}
+    local = make(env_id, **kwargs)
+    verdicts: list[Any] = []
+    with running(build_env_app(env_id, kwargs)) as url:
+        remote = make("openenv", url=url)
+        try:
+            for seed in range(6):
+                local.reset(seed=seed)
+                remote.reset(seed=seed)
+                rng = np.random.default_rng(seed)
+                while not local.done:
+                    assert remote.good_actions() == local.good_actions()
+                    answer = local.sample_action(rng) if len(verdicts) % 5 else "Jump"
+                    *_, info = local.step(answer)
+                    *_, remote_info = remote.step(answer)
+                    assert remote_info.get("action_is_optimal") == info.get("action_is_optimal")
+                    verdicts.append(info.get("action_is_optimal"))
+        finally:
+            remote.close()
+    assert {True, False, None} <= set(verdicts)
 
 
 def test_a_served_tool_env_played_as_env_id_openenv_takes_calls_as_the_local_one():

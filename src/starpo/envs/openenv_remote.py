@@ -121,6 +121,7 @@ class OpenEnvEnv(TextEnv):
         self._success = False
         self._seed: int | None = None
         self._tools: list[dict[str, Any]] = []  # a tool-calling server's, from its observations
+        self._good: frozenset[str] | None = None  # the moves the server judges good now
 
     # ------------------------------------------------------------------ the session
     def _session(self) -> Any:
@@ -181,9 +182,12 @@ class OpenEnvEnv(TextEnv):
             self.num_steps -= 1
             terminated = truncated = self._done = False
             info.update(action_is_valid=False, action_is_effective=False, action=None)
-            info["steps_left"] = self.steps_left
+            info.update(action_is_optimal=None, steps_left=self.steps_left)
         elif info.pop("remote_truncated", False):
             terminated, truncated = False, True
+        if isinstance(info.get("remote_optimal"), bool):  # the server's own judgement wins
+            info["action_is_optimal"] = info["remote_optimal"]
+        info.pop("remote_optimal", None)
         if self._tools and "tool_result" not in info:  # refused here, never sent
             info["tool_result"] = "Error: an empty call"
         return state, reward, terminated, truncated, info
@@ -203,6 +207,8 @@ class OpenEnvEnv(TextEnv):
         }
         if isinstance(observation.get("tool_result"), str):
             extra["tool_result"] = observation["tool_result"]
+        if isinstance(observation.get("action_is_optimal"), bool):
+            extra["remote_optimal"] = observation["action_is_optimal"]
         effective = bool(observation.get("action_is_effective", True))
         return reward, bool(result.done), effective, extra
 
@@ -226,6 +232,13 @@ class OpenEnvEnv(TextEnv):
         tools = observation.get("tools")
         if isinstance(tools, list) and tools and all(isinstance(t, dict) for t in tools):
             self._tools = tools
+        good = observation.get("good_actions")  # a starpo server's solver, when it judges
+        self._good = frozenset(good) if isinstance(good, list) and _is_names(good) else None
+
+    def good_actions(self) -> frozenset[str] | None:
+        """The moves the server judged good in its last observation (None: it does not
+        judge), so a served env's moves are judged as the local env's."""
+        return self._good
 
     def parse_action(self, action: Any) -> Any | None:
         if self.action_names:

@@ -10,6 +10,9 @@ An action is `{"action": "Up"}` (an action name, matched case-insensitively, or 
 env's answer). An observation carries the rendered state (`text`) and what a prompt needs
 (`instruction`, `legend`, `action_names` or `answer_format`) and what the step did
 (`success`, `action_is_valid`, `action_is_effective`, `action`, `steps_left`, `truncated`).
+An env whose solver judges moves also says whether the move just taken was one an optimal
+policy could take (`action_is_optimal`) and which moves are good now (`good_actions`); both
+are null where the env does not judge.
 A tool-calling env's observation also lists its `tools` (OpenAI function schemas), its
 action is a call's JSON (`{"action": "{\"name\": ..., \"arguments\": {...}}"}`), and
 `tool_result` is what the call returned ("Error: ..." for a malformed one).
@@ -58,6 +61,12 @@ class StarpoObservation(Observation):
     action: str | None = Field(default=None, description="the action taken, canonical name")
     steps_left: int = 0
     truncated: bool = Field(default=False, description="ended by the action budget")
+    action_is_optimal: bool | None = Field(
+        default=None, description="the move just taken was an optimal one; null: not judged"
+    )
+    good_actions: list[str] | None = Field(
+        default=None, description="the moves an optimal policy could take now; null: not judged"
+    )
     tools: list[dict[str, Any]] = Field(
         default_factory=list, description="a tool-calling env's tools (OpenAI function schemas)"
     )
@@ -112,6 +121,8 @@ class StarpoEnvironment(Environment):
             action=info.get("action"),
             steps_left=int(info["steps_left"]),
             truncated=truncated,
+            action_is_optimal=info.get("action_is_optimal"),
+            good_actions=_sorted_or_none(None if done else env.good_actions()),
             tools=env.tool_schemas() if is_tool_env(env) else [],
             tool_result=info.get("tool_result"),
             reward=float(reward),
@@ -129,6 +140,10 @@ class StarpoEnvironment(Environment):
 
     def close(self) -> None:
         self.env.close()
+
+
+def _sorted_or_none(actions: frozenset[str] | None) -> list[str] | None:
+    return None if actions is None else sorted(actions)
 
 
 def build_env_app(
