@@ -5,7 +5,7 @@
 # more maps a step average out the state-independent part of the update), lr 3e-5, two
 # optimizer steps a rollout, detached context (its gradient had cosine 0.988 with the exact).
 # Rerun this script to resume (--out resumes). THREADS=2 when nothing else runs.
-cd /work/main
+cd "$(dirname "$0")/../../.."  # the repository root
 exec .venv/bin/starpo demo --env frozenlake --sft-from random --sft-episodes 256 --sft-epochs 1 \
     --no-base --rl-minutes 900 --steps 150 --methods grpo --out runs/fl-random-16x4 \
     'env.kwargs={is_slippery: false}' rollout.format_every_turn=false \

@@ -6,7 +6,7 @@
 # entropy of the move, so the bonus is the restoring force that keeps the marginal from
 # drifting while the rare successes pull toward reading the map.
 # Rerun this script to resume (--out resumes). THREADS=2 when nothing else runs.
-cd /work/main
+cd "$(dirname "$0")/../../.."  # the repository root
 exec .venv/bin/starpo demo --env frozenlake --sft-from random --sft-episodes 256 --sft-epochs 1 \
     --no-base --rl-minutes 900 --steps 150 --methods gigpo --out runs/fl-random-gigpo-ent \
     'env.kwargs={is_slippery: false}' rollout.format_every_turn=false \

@@ -7,7 +7,7 @@
 # so this holds the move marginal near uniform and the tags where they were, while the
 # rare successes pull toward reading the map (optimum: start x exp(advantage / 0.3)).
 # Rerun this script to resume (--out resumes). THREADS=2 when nothing else runs.
-cd /work/main
+cd "$(dirname "$0")/../../.."  # the repository root
 exec .venv/bin/starpo demo --env frozenlake --sft-from random --sft-episodes 256 --sft-epochs 1 \
     --no-base --rl-minutes 900 --steps 150 --methods gigpo --out runs/fl-random-gigpo-kl \
     'env.kwargs={is_slippery: false}' rollout.format_every_turn=false \

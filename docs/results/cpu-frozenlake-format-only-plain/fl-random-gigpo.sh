@@ -7,7 +7,7 @@
 # moves made from the same state within a group (every episode of a group starts on the same
 # cell), and its discounted returns (0.95 a turn) price a wasted move.
 # Rerun this script to resume (--out resumes). THREADS=2 when nothing else runs.
-cd /work/main
+cd "$(dirname "$0")/../../.."  # the repository root
 exec .venv/bin/starpo demo --env frozenlake --sft-from random --sft-episodes 256 --sft-epochs 1 \
     --no-base --rl-minutes 900 --steps 150 --methods gigpo --out runs/fl-random-gigpo \
     'env.kwargs={is_slippery: false}' rollout.format_every_turn=false \

@@ -8,7 +8,7 @@
 # whether the CPU run needs more steps than the GPU's 15. The earlier CPU tries stopped at
 # 9 steps (shared CPU) or used the cheap steps (4 maps, detached context): no gain.
 # Rerun this script to resume (--out resumes). THREADS=2 when nothing else runs.
-cd /work/main
+cd "$(dirname "$0")/../../.."  # the repository root
 exec .venv/bin/starpo demo --env frozenlake --no-base --rl-minutes 150 --steps 36 \
     --methods grpo --out runs/fl-solver-avx2 \
     'env.kwargs={is_slippery: false}' rollout.format_every_turn=false filter.enabled=false \
