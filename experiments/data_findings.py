@@ -4,6 +4,8 @@
 
     python experiments/data_findings.py --out runs/findings-fl --steps 30 model.device=cuda
     python experiments/data_findings.py --out runs/findings-fl --minutes 20   # a CPU, slow
+    python experiments/data_findings.py --out runs/findings-fl --steps 36 --arms k1,k5 \\
+        trainer.num_threads=2                                   # some arms, on a CPU
     python experiments/data_findings.py --out runs/findings-fl --summary-only \\
         --export docs/results/findings-fl
 
@@ -202,13 +204,28 @@ def export(out: Path, dest: Path) -> None:
                 shutil.copy(source, dest / arm / name)
 
 
+def arm_list(text: str) -> list[str]:
+    """`--arms`' value: one comma-separated word, so dotted overrides after it stay
+    overrides (a list option would swallow them)."""
+    arms = [arm for arm in text.split(",") if arm]
+    unknown = [arm for arm in arms if arm not in ARMS]
+    if unknown or not arms:
+        raise argparse.ArgumentTypeError(
+            f"unknown arm {', '.join(unknown) or '(none)'}: choose from {', '.join(ARMS)}"
+        )
+    return arms
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/findings-frozenlake"))
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--steps", type=int, default=30, help="RL steps of every arm")
     budget.add_argument("--minutes", type=float, help="RL training minutes of every arm")
-    parser.add_argument("--arms", nargs="*", choices=list(ARMS), default=list(ARMS))
+    parser.add_argument(
+        "--arms", type=arm_list, default=list(ARMS), metavar="ARM,ARM",
+        help=f"comma-separated arms to run (default all: {','.join(ARMS)})",
+    )  # fmt: skip
     parser.add_argument("--parallel", type=int, default=1, help="arms run at once")
     parser.add_argument("--eval-seeds", type=int, help="validation seeds of each row (256)")
     parser.add_argument("--quick", action="store_true", help="the recipe's try-the-path sizes")

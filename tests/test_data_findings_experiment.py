@@ -86,6 +86,13 @@ def test_the_tables_come_from_the_finished_arms(tmp_path, capsys):
     assert "reuse4  start  30.0%  RL  30.0% (25.0% - 36.0%, 256 seeds)  12 steps" in printed
 
 
+def test_arms_are_one_comma_separated_word_and_unknown_ones_are_named(capsys):
+    assert data_findings.arm_list("k1,reuse4") == ["k1", "reuse4"]
+    with pytest.raises(SystemExit):
+        data_findings.main(["--arms", "k1,k7", "--summary-only"])
+    assert "unknown arm k7: choose from k1, k3, k5, reuse4, 16x4, 4x16" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_two_arms_of_one_layout_train_from_one_sft_model(tmp_path, tiny_model_dir):
     """The script end to end on a tiny model: `k1` makes the SFT model, `reuse4` trains from
@@ -95,8 +102,8 @@ def test_two_arms_of_one_layout_train_from_one_sft_model(tmp_path, tiny_model_di
         "rollout.num_groups=2", "rollout.group_size=2", "trainer.val_seeds=3",
         "optim.mini_batch_size=2", "optim.micro_batch_size=2",
     ]  # fmt: skip
-    argv = ["--out", str(tmp_path), "--arms", "k1", "reuse4", "--quick", "--steps", "1"]
-    assert data_findings.main([*argv, "--eval-seeds", "3", *tiny]) == 0
+    argv = ["--out", str(tmp_path), "--quick", "--steps", "1", "--eval-seeds", "3"]
+    assert data_findings.main([*argv, "--arms", "k1,reuse4", *tiny]) == 0  # overrides last
     assert (tmp_path / "reuse4" / "sft").resolve() == (tmp_path / "k1" / "sft").resolve()
     log = (tmp_path / "reuse4" / "demo.log").read_text()
     assert "[sft] done before" in log
