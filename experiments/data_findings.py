@@ -154,7 +154,9 @@ def verdict(rows: dict[str, dict], best: str | None) -> str:
         return "no direction stated" if best is None else "its best arm did not finish"
     ours = rows[best]["rl"]
     others = [row["rl"] for arm, row in rows.items() if arm != best]
-    if others and all(ours["success_ci95_low"] > o["success_ci95_high"] for o in others):
+    if not others:
+        return "no other arm finished"
+    if all(ours["success_ci95_low"] > o["success_ci95_high"] for o in others):
         return "confirmed"
     if any(ours["success_ci95_high"] < o["success_ci95_low"] for o in others):
         return "contradicted"

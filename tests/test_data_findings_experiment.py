@@ -68,6 +68,7 @@ def test_the_verdict_reads_the_intervals():
     assert data_findings.verdict(close, "k5") == "not separated by the intervals"
     assert data_findings.verdict(close, None) == "no direction stated"
     assert data_findings.verdict({"k1": close["k1"]}, "k5") == "its best arm did not finish"
+    assert data_findings.verdict({"k1": close["k1"]}, "k1") == "no other arm finished"
 
 
 def test_the_tables_come_from_the_finished_arms(tmp_path, capsys):
