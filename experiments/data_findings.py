@@ -46,6 +46,8 @@ import sys
 import time
 from pathlib import Path
 
+from starpo.cli.args import ListFlag, all_overrides
+
 COMMON = [  # RL from the solver-SFT model where it learned (docs/results/index.md)
     "env.kwargs={is_slippery: false}",
     "filter.enabled=false",
@@ -206,18 +208,6 @@ def export(out: Path, dest: Path) -> None:
                 shutil.copy(source, dest / arm / name)
 
 
-def arm_list(text: str) -> list[str]:
-    """`--arms`' value: one comma-separated word, so dotted overrides after it stay
-    overrides (a list option would swallow them)."""
-    arms = [arm for arm in text.split(",") if arm]
-    unknown = [arm for arm in arms if arm not in ARMS]
-    if unknown or not arms:
-        raise argparse.ArgumentTypeError(
-            f"unknown arm {', '.join(unknown) or '(none)'}: choose from {', '.join(ARMS)}"
-        )
-    return arms
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/findings-frozenlake"))
@@ -225,8 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     budget.add_argument("--steps", type=int, default=30, help="RL steps of every arm")
     budget.add_argument("--minutes", type=float, help="RL training minutes of every arm")
     parser.add_argument(
-        "--arms", type=arm_list, default=list(ARMS), metavar="ARM,ARM",
-        help=f"comma-separated arms to run (default all: {','.join(ARMS)})",
+        "--arms", action=ListFlag, allowed=list(ARMS), default=list(ARMS), metavar="ARM",
+        help=f"arms to run, space- or comma-separated (default all: {' '.join(ARMS)})",
     )  # fmt: skip
     parser.add_argument("--parallel", type=int, default=1, help="arms run at once")
     parser.add_argument("--eval-seeds", type=int, help="validation seeds of each row (256)")
@@ -246,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
             recipe_flags += ["--eval-seeds", str(args.eval_seeds)]
         if args.quick:
             recipe_flags.append("--quick")
-        run_arms(args.out, args.arms, recipe_flags, args.overrides, max(1, args.parallel))
+        overrides = all_overrides(args)
+        run_arms(args.out, args.arms, recipe_flags, overrides, max(1, args.parallel))
         print(f"arms done in {(time.perf_counter() - started) / 60:.1f} min", flush=True)
     results = summarise(args.out)
     args.out.mkdir(parents=True, exist_ok=True)

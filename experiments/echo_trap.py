@@ -47,6 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from starpo.cli.args import ListFlag, all_overrides  # noqa: E402
 from starpo.diagnostics.outcome import COLLAPSE_DROP, best_success, collapse_step  # noqa: E402
 from starpo.runs.metrics import metric_curves, read_alerts, read_metrics  # noqa: E402
 from starpo.viewer.report import main_figure_name  # noqa: E402
@@ -238,8 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/echo-trap-bandit"))
     parser.add_argument("--steps", type=int, default=60, help="training steps of every run")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--arms", nargs="+", default=PAPER_ARMS, choices=list(ARMS))
+    parser.add_argument("--seeds", action=ListFlag, kind=int, default=[1, 2, 3])
+    parser.add_argument("--arms", action=ListFlag, allowed=list(ARMS), default=PAPER_ARMS)
     parser.add_argument("--summary-only", action="store_true", help="only sum up the runs")
     parser.add_argument(
         "--parallel", action="store_true", help="start every run at once (a GPU holds them all)"
@@ -250,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="dotted overrides for every run")
     args = parser.parse_args(argv)
+    args.overrides = all_overrides(args)
     runs = [(arm, seed) for seed in args.seeds for arm in args.arms]
     if args.parallel and not args.summary_only:  # one GPU holds them all
         started = [start_run(args.out, arm, seed, args.steps, args.overrides) for arm, seed in runs]

@@ -36,6 +36,7 @@ import sys
 import time
 from pathlib import Path
 
+from starpo.cli.args import ListFlag, all_overrides
 from starpo.recipe.methods import RECIPES, recipe_for
 
 VANILLA = [  # RAGEN's vanilla StarPO, as in the paper presets (paper-base.yaml)
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sft-episodes", type=int, default=None, help="default: the recipe's")
     parser.add_argument("--base", default=None, help="base model (default: the preset's)")
     names = list(variants(Path(), Path()))
-    parser.add_argument("--only", nargs="*", choices=names, help="run only these variants")
+    parser.add_argument("--only", action=ListFlag, allowed=names, help="run only these variants")
     parser.add_argument("overrides", nargs="*", help="dotted overrides for every variant")
     args = parser.parse_args(argv)
 
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         f"optim.actor_lr={args.lr}",
         "trainer.save_every=0",
         "trainer.val_every=10",
-        *args.overrides,
+        *all_overrides(args),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONUNBUFFERED": "1"}
     running = {}

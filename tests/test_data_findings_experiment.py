@@ -87,11 +87,16 @@ def test_the_tables_come_from_the_finished_arms(tmp_path, capsys):
     assert "reuse4  start  30.0%  RL  30.0% (25.0% - 36.0%, 256 seeds)  12 steps" in printed
 
 
-def test_arms_are_one_comma_separated_word_and_unknown_ones_are_named(capsys):
-    assert data_findings.arm_list("k1,reuse4") == ["k1", "reuse4"]
+def test_arms_are_space_or_comma_separated_and_unknown_ones_are_named(capsys):
+    parse = data_findings.main
     with pytest.raises(SystemExit):
-        data_findings.main(["--arms", "k1,k7", "--summary-only"])
-    assert "unknown arm k7: choose from k1, k3, k5, reuse4, 16x4, 4x16" in capsys.readouterr().err
+        parse(["--arms", "k1,k7", "--summary-only"])
+    assert "--arms: unknown 'k7': choose from k1, k3, k5, reuse4, 16x4, 4x16" in (
+        capsys.readouterr().err
+    )
+    with pytest.raises(SystemExit):
+        parse(["--arms", "k1", "k7", "--summary-only"])
+    assert "unknown 'k7'" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -334,6 +334,18 @@ def test_methods_train_from_the_same_sft_model_with_the_same_budget(tmp_path, st
         assert f"{label}'s own contribution: +0.0% (the 95% intervals overlap)" in table
 
 
+def test_an_override_after_the_methods_stays_an_override(tmp_path, stubbed):
+    """`--methods` takes a list, so it would swallow the dotted override written next."""
+    argv = ["--env", "sokoban", "--out", str(tmp_path), "--eval-seeds", "3", "--no-base"]
+    assert (
+        main([*argv, "--methods", "grpo,ppo", "trainer.total_steps=7", "filter.enabled=false"]) == 0
+    )
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["settings"]["methods"] == ["grpo", "ppo"]
+    assert results["overrides"] == ["trainer.total_steps=7", "filter.enabled=false"]
+    assert [t.total_steps for t in stubbed["train"]] == [7, 7]
+
+
 def test_each_method_sets_its_estimator_and_keeps_the_preset(tmp_path, stubbed, monkeypatch):
     seen = []
     monkeypatch.setattr(

@@ -108,3 +108,49 @@ def add_env_arg_flag(
 ) -> None:
     """`--env-arg KEY=VALUE`, repeatable: the env's constructor arguments (`parse_env_args`)."""
     parser.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help=what)
+
+
+class ListFlag(argparse.Action):
+    """A flag that takes a list, space- or comma-separated (`--methods grpo ppo`,
+    `--methods grpo,ppo`). A list flag swallows the words after it, so a dotted override
+    written next (`--methods grpo trainer.total_steps=5`) would become a list item: a word
+    with `=` goes to `trailing_overrides` instead (`all_overrides` joins them). `kind`
+    converts each item (int for seeds); `allowed` lists the valid items, checked here
+    because argparse's own `choices` would refuse the override before this action sees it."""
+
+    def __init__(
+        self,
+        option_strings: list[str],
+        dest: str,
+        kind: Callable[[str], Any] = str,
+        allowed: Collection[Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("nargs", "+")
+        super().__init__(option_strings, dest, **kwargs)
+        self.kind = kind
+        self.allowed = allowed
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        words = [word for value in values if "=" not in value for word in value.split(",")]
+        items = []
+        for word in filter(None, words):
+            try:
+                item = self.kind(word)
+            except ValueError:
+                parser.error(f"{option}: {word!r} is not a valid {self.kind.__name__}")
+            if self.allowed is not None and item not in self.allowed:
+                parser.error(
+                    f"{option}: unknown {word!r}: choose from {', '.join(map(str, self.allowed))}"
+                )
+            items.append(item)
+        if not items:
+            parser.error(f"{option} needs at least one value")
+        setattr(namespace, self.dest, items)
+        overrides = [value for value in values if "=" in value]
+        namespace.trailing_overrides = [*getattr(namespace, "trailing_overrides", []), *overrides]
+
+
+def all_overrides(args: argparse.Namespace) -> list[str]:
+    """The positional dotted overrides, then those a `ListFlag` caught after its list."""
+    return [*args.overrides, *getattr(args, "trailing_overrides", [])]

@@ -17,6 +17,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from starpo.cli.args import ListFlag, all_overrides
 from starpo.errors import UserError
 
 DEMO_ENVS = (
@@ -188,11 +189,12 @@ def add_parser(sub: Any) -> None:
     )
     parser.add_argument(
         "--methods",
-        nargs="+",
+        action=ListFlag,
         default=None,
         metavar="METHOD",
         help=f"with --env: RL methods to train from the same SFT model, each with the same "
-        f"budget: {', '.join(METHODS)} (default {' '.join(DEFAULT_METHODS)})",
+        f"budget, space- or comma-separated: {', '.join(METHODS)} "
+        f"(default {' '.join(DEFAULT_METHODS)})",
     )
     parser.add_argument(
         "--no-base",
@@ -220,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(
             f"{flag} sets the multi-turn recipe's stages: add --env sokoban (or frozenlake)"
         )
-    overrides = list(args.overrides)
+    overrides = all_overrides(args)
     if args.steps is not None:
         overrides.append(f"trainer.total_steps={args.steps}")
     if args.env is not None:
