@@ -265,14 +265,79 @@ def test_a_weak_warm_start_records_its_skill_and_a_stray_skill_is_refused(
         assert line.startswith("starpo: error: --") and "weak" in line
 
 
-def test_a_finished_rl_stage_with_another_budget_is_refused(tmp_path, stubbed):
-    run_recipe("sokoban", tmp_path, RecipeChoices(eval_seeds=3, rl_minutes=10))
+def test_a_finished_rl_stage_with_a_smaller_budget_is_refused(tmp_path, stubbed):
+    run_recipe("sokoban", tmp_path, RecipeChoices(eval_seeds=3, rl_minutes=20))
     with pytest.raises(UserError) as info:
-        run_recipe("sokoban", tmp_path, RecipeChoices(eval_seeds=3, rl_minutes=20))
+        run_recipe("sokoban", tmp_path, RecipeChoices(eval_seeds=3, rl_minutes=10))
     assert str(info.value).startswith(
-        f"{tmp_path / 'rl-grpo'} was made with --rl-minutes 10, not --rl-minutes 20: "
+        f"{tmp_path / 'rl-grpo'} was made with --rl-minutes 20, not --rl-minutes 10: "
     )
     assert str(info.value).endswith(f"delete rl-grpo, rl-grpo-eval in {tmp_path} to redo them")
+
+
+@pytest.fixture
+def checkpointing(stubbed, monkeypatch):
+    """The stubbed recipe with a trainer that trains to total_steps, continuing a run's
+    metrics when resumed, and a checkpoint wherever a run has metrics; `resumed` lists
+    each run's resume flag."""
+    resumed: list[bool] = []
+
+    class Trainer:
+        def __init__(self, cfg, run_dir, resume=False):
+            self.cfg, self.run_dir = cfg, run_dir
+            resumed.append(resume)
+
+        def train(self):
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            steps = range(1, self.cfg.trainer.total_steps + 1)
+            rows = [{"step": s, "perf/train_minutes": float(s)} for s in steps]
+            text = "".join(json.dumps(r) + "\n" for r in rows)
+            (self.run_dir / "metrics.jsonl").write_text(text)
+
+    def latest_checkpoint(run_dir):
+        return run_dir / "checkpoints" if (run_dir / "metrics.jsonl").exists() else None
+
+    monkeypatch.setattr("starpo.trainer.Trainer", Trainer)
+    monkeypatch.setattr("starpo.trainer.checkpoints.store.latest_checkpoint", latest_checkpoint)
+    return resumed
+
+
+RL_ONLY = ["--env", "frozenlake", "--eval-seeds", "3", "--no-base", "--methods", "grpo"]
+
+
+def test_more_rl_steps_continue_the_finished_run(tmp_path, stubbed, checkpointing, capsys):
+    """A finished recipe asked for more RL steps (its learning rate constant) continues
+    its RL run from the checkpoint and evaluates it again; the earlier record and
+    evaluation are kept, moved aside. The SFT stage is not redone; fewer steps are refused."""
+    argv = [*RL_ONLY, "--out", str(tmp_path)]
+    assert main([*argv, "--steps", "3"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--steps", "5"]) == 0
+    assert checkpointing == [False, True]
+    assert stubbed["sft"] == [(200, 3, 2e-4)]
+    assert stubbed["evaluate"] == ["sft-eval", "rl-grpo-eval", "rl-grpo-eval"]
+    said = capsys.readouterr().out
+    assert "[RL grpo] made with 3 steps: continuing from its checkpoint" in said
+    earlier = json.loads((tmp_path / "rl-grpo" / "recipe" / "stage-step3.json").read_text())
+    assert earlier["steps"] == 3 and (tmp_path / "rl-grpo-eval-step3" / "stage.json").exists()
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["rl_runs"]["grpo"]["steps"] == 5
+    assert main([*argv, "--steps", "5"]) == 0  # done: nothing runs again
+    assert checkpointing == [False, True]
+    assert main([*argv, "--steps", "4"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "was made with trainer.total_steps 5, not trainer.total_steps 4" in line
+
+
+def test_a_longer_cosine_run_is_not_the_shorter_one_continued(tmp_path, stubbed, checkpointing):
+    """A cosine schedule decays over total_steps: more steps keep the finished stage's
+    refusal instead of continuing it, and nothing is moved."""
+    argv = [*RL_ONLY, "--out", str(tmp_path), "optim.lr_schedule=cosine"]
+    assert main([*argv, "--steps", "3"]) == 0
+    assert main([*argv, "--steps", "5"]) == 2
+    assert checkpointing == [False]
+    assert (tmp_path / "rl-grpo" / "recipe" / "stage.json").exists()
+    assert not (tmp_path / "rl-grpo-eval-step3").exists()
 
 
 def test_stages_that_recorded_no_settings_are_taken_as_they_are(tmp_path):

@@ -28,7 +28,8 @@ Wilson intervals, the settings of SFT and RL in the row labels, and the minutes 
 stage took. Each stage from SFT on records the settings it was made with
 (`--sft-episodes`, `--sft-epochs`, `--rl-minutes`, RL's steps): a resumed recipe asked
 for other settings stops with one line before any work, rather than reuse results made
-another way.
+another way; one asked only for a longer RL budget continues the RL run from its last
+checkpoint (`continue_longer`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -224,13 +225,17 @@ def _show(key: str, value: Any) -> str:
     return f"{flag} {value:g}" if isinstance(value, (int, float)) else f"{flag} {show(value)}"
 
 
-def check_kept_settings(out: Path, wanted: dict[str, dict[str, Any]]) -> None:
+def check_kept_settings(
+    out: Path, wanted: dict[str, dict[str, Any]], checked: Collection[str] | None = None
+) -> None:
     """Refuse, in one line and before any work, to resume a recipe folder whose finished
     stages were made with other settings than `wanted` (stage folder -> settings, in the
-    order the stages depend on each other). A stage that recorded no settings (made
-    before they were recorded) is taken as it is."""
+    order the stages depend on each other; `checked`: only these folders). A stage that
+    recorded no settings (made before they were recorded) is taken as it is."""
     folders = list(wanted)
     for i, folder in enumerate(folders):
+        if checked is not None and folder not in checked:
+            continue
         kept = _kept_settings(out / folder)
         if kept is None:
             continue
@@ -245,6 +250,62 @@ def check_kept_settings(out: Path, wanted: dict[str, dict[str, Any]]) -> None:
             f"{out / folder} was made with {made}, not {asked}: pass the same settings to "
             f"resume, choose another --out, or delete {redo} in {out} to redo them"
         )
+
+
+#: An RL stage's settings that a longer run of it only raises (see `continue_longer`).
+BUDGET_KEYS = ("rl_steps", "rl_minutes")
+
+
+def _asks_longer(kept: dict[str, Any], asked: dict[str, Any]) -> bool:
+    """Whether `asked` is `kept` with more steps or minutes (None: no minute budget) and
+    neither lowered; the other settings compare as in `check_kept_settings`."""
+    keys = {**kept, **asked}
+    others = [k for k in keys if k not in BUDGET_KEYS and (k in kept or k not in LATER_KEYS)]
+    if any(kept.get(k) != asked.get(k) for k in others):
+        return False
+
+    def bound(value: Any) -> float:
+        return math.inf if value is None else value
+
+    pairs = [(bound(kept.get(k)), bound(asked.get(k))) for k in BUDGET_KEYS]
+    return all(now >= was for was, now in pairs) and any(now > was for was, now in pairs)
+
+
+def continue_longer(
+    out: Path, method: str, rl_cfg: Any, asked: dict[str, Any], evals: Sequence[str]
+) -> None:
+    """Let a finished RL stage run on: asked for more steps or minutes than it was made
+    with, and otherwise the same settings, its run continues from its last checkpoint
+    (`train_rl` resumes) and is evaluated again. Its record and evaluation folders
+    (`evals`) move aside to `...-step<N>`, kept rather than lost. Only with a constant
+    learning rate: a cosine schedule decays over total_steps, so the longer run would not
+    be the shorter one continued (`check_kept_settings` then refuses it in one line)."""
+    from starpo.trainer.checkpoints.store import latest_checkpoint
+
+    rl_dir = out / f"rl-{method}"
+    record = rl_dir / "recipe" / "stage.json"
+    kept = _kept_settings(rl_dir)
+    if kept is None or not _asks_longer(kept, asked):
+        return
+    if rl_cfg.optim.lr_schedule != "constant" or latest_checkpoint(rl_dir) is None:
+        return
+    steps = json.loads(record.read_text(encoding="utf-8")).get("steps", "?")
+    moves = [(record, record.with_name(f"stage-step{steps}.json"))]
+    moves += [(out / f, out / f"{f}-step{steps}") for f in evals if (out / f).exists()]
+    taken = [str(target) for _, target in moves if target.exists()]
+    if taken:
+        raise UserError(
+            f"{taken[0]} is in the way of continuing {rl_dir} from step {steps}: "
+            "move or delete it, then run again"
+        )
+    for source, target in moves:
+        source.rename(target)
+    budget = ", ".join(_show(k, asked.get(k)) for k in BUDGET_KEYS)
+    print(
+        f"[RL {method}] made with {steps} steps: continuing from its checkpoint ({budget}); "
+        f"the earlier record and evaluations are kept as *-step{steps}",
+        flush=True,
+    )
 
 
 def _kept_settings(folder: Path) -> dict[str, Any] | None:
@@ -345,6 +406,10 @@ def run_recipe(
         rl_made[name] = {**made, "rl_minutes": recipe.rl_minutes, "rl_steps": steps}
         for folder in (f"rl-{name}", *(f"rl-{name}-{stage}" for stage in ("eval", *held))):
             wanted[folder] = rl_made[name]
+    check_kept_settings(out, wanted, checked=[k for k in wanted if not k.startswith("rl-")])
+    for name in methods:  # a longer RL budget continues a finished run, its SFT kept
+        evals = [f"rl-{name}-{stage}" for stage in ("eval", *held)]
+        continue_longer(out, name, rl_cfgs[name], rl_made[name], evals)
     check_kept_settings(out, wanted)
     settings = cfg.rollout.settings(temperature=cfg.trainer.val_temperature)
     think_settings = settings.model_copy(
