@@ -525,3 +525,38 @@ def test_the_sft_stage_plays_as_many_actions_a_turn_as_the_rl_layout_holds(
     recipe = recipe_for("sokoban")
     recipe_module.train_sft(recipe, load_config(recipe.preset, layout), tmp_path / "sft")
     assert asked["actions_per_turn"] == actions
+
+
+@pytest.mark.slow
+def test_a_recipe_continued_to_more_steps_trains_the_steps_one_longer_run_does(
+    tmp_path, tiny_model_dir, capsys
+):
+    """End to end on a tiny model: a 1-step recipe asked for 2 steps continues its RL run
+    from the checkpoint, and step 2 logs what step 2 of a 2-step recipe from scratch logs
+    (the same SFT model: the second recipe links it)."""
+    tiny = [
+        f"model.name={tiny_model_dir}", "model.dtype=fp32", "trainer.num_threads=1",
+        "rollout.num_groups=2", "rollout.group_size=2", "trainer.val_seeds=3",
+        "optim.mini_batch_size=2", "optim.micro_batch_size=2",
+    ]  # fmt: skip
+    argv = ["--env", "frozenlake", "--quick", "--eval-seeds", "3", "--no-base", "--methods", "grpo"]
+    continued, fresh = tmp_path / "continued", tmp_path / "fresh"
+    assert main([*argv, "--out", str(continued), "--steps", "1", *tiny]) == 0
+    fresh.mkdir()
+    for stage in ("sft", "sft-eval"):
+        (fresh / stage).symlink_to(continued / stage)
+    capsys.readouterr()
+    assert main([*argv, "--out", str(continued), "--steps", "2", *tiny]) == 0
+    said = capsys.readouterr()
+    assert "resumed from step 1" in said.out + said.err
+    assert main([*argv, "--out", str(fresh), "--steps", "2", *tiny]) == 0
+
+    def step_two(run: Path) -> dict:
+        rows = [json.loads(line) for line in (run / "rl-grpo" / "metrics.jsonl").open()]
+        (row,) = [r for r in rows if r["step"] == 2]
+        return {k: v for k, v in row.items() if not k.startswith(("timing", "perf", "time"))}
+
+    assert len(step_two(fresh)) > 10 and step_two(continued) == step_two(fresh)
+    assert (continued / "rl-grpo-eval-step1" / "stage.json").exists()
+    results = json.loads((continued / "results.json").read_text())
+    assert results["rl_runs"]["grpo"]["steps"] == 2
