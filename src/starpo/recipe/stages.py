@@ -284,7 +284,7 @@ def continue_longer(
 
     rl_dir = out / f"rl-{method}"
     record = rl_dir / "recipe" / "stage.json"
-    kept = _kept_settings(rl_dir)
+    kept = _kept_settings(rl_dir) if record.exists() else None
     if kept is None or not _asks_longer(kept, asked):
         return
     if rl_cfg.optim.lr_schedule != "constant" or latest_checkpoint(rl_dir) is None:
