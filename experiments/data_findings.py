@@ -196,11 +196,11 @@ def format_findings(results: dict) -> str:
     return "\n".join(lines)
 
 
-def export(out: Path, dest: Path) -> None:
-    """What a results page cites: results.json and each arm's RL metrics and config."""
+def export(out: Path, dest: Path, arms: list[str]) -> None:
+    """What a results page cites: results.json and the RL metrics and config of `arms`."""
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy(out / "results.json", dest / "results.json")
-    for arm in ARMS:
+    for arm in arms:
         for name in ("metrics.jsonl", "config.yaml", "alerts.jsonl"):
             source = out / arm / f"rl-{METHOD}" / name
             if source.exists():
@@ -222,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-seeds", type=int, help="validation seeds of each row (256)")
     parser.add_argument("--quick", action="store_true", help="the recipe's try-the-path sizes")
     parser.add_argument("--summary-only", action="store_true", help="only sum up the folders")
-    parser.add_argument("--export", type=Path, help="copy results and metrics here")
+    parser.add_argument(
+        "--export", type=Path, help="copy results.json and the metrics of the --arms here"
+    )
     parser.add_argument("overrides", nargs="*", help="dotted overrides for every arm")
     args = parser.parse_args(argv)
 
@@ -244,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     print(format_findings(results))
     if args.export:
-        export(args.out, args.export)
+        export(args.out, args.export, args.arms)
     return 0
 
 

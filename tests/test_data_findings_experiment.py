@@ -87,6 +87,20 @@ def test_the_tables_come_from_the_finished_arms(tmp_path, capsys):
     assert "reuse4  start  30.0%  RL  30.0% (25.0% - 36.0%, 256 seeds)  12 steps" in printed
 
 
+def test_export_copies_the_named_arms_runs_and_every_table(tmp_path):
+    out, dest = tmp_path / "runs", tmp_path / "docs"
+    for arm in ("k1", "k3", "16x4"):
+        _fake_arm(out, arm, _row(0.50, 0.44, 0.56))
+        (out / arm / "rl-grpo").mkdir()
+        (out / arm / "rl-grpo" / "metrics.jsonl").write_text(f'{{"arm": "{arm}"}}\n')
+    argv = ["--out", str(out), "--summary-only", "--export", str(dest), "--arms", "16x4", "k1"]
+    assert data_findings.main(argv) == 0
+    assert sorted(p.name for p in dest.iterdir()) == ["16x4", "k1", "results.json"]
+    assert (dest / "16x4" / "metrics.jsonl").read_text() == '{"arm": "16x4"}\n'
+    tables = json.loads((dest / "results.json").read_text())["findings"]
+    assert set(tables["granularity"]["rows"]) == {"k1", "k3"}  # every finding, all arms
+
+
 def test_arms_are_space_or_comma_separated_and_unknown_ones_are_named(capsys):
     parse = data_findings.main
     with pytest.raises(SystemExit):
