@@ -329,6 +329,41 @@ def test_more_rl_steps_continue_the_finished_run(tmp_path, stubbed, checkpointin
     assert "was made with trainer.total_steps 5, not trainer.total_steps 4" in line
 
 
+@pytest.mark.parametrize(
+    ("then", "named"),
+    [
+        (["optim.actor_lr=3e-5"], "optim.actor_lr=2e-05, not optim.actor_lr=3e-05"),
+        (["rollout.num_groups=16"], "rollout.num_groups=8, not rollout.num_groups=16"),
+        (["filter.enabled=true"], "filter.enabled=false, not filter.enabled=true"),
+    ],
+)
+def test_a_finished_rl_stage_is_not_reused_for_other_rl_settings(
+    tmp_path, stubbed, capsys, then, named
+):
+    """An RL stage records the settings that shape what it learns, so resuming its folder
+    with another learning rate, batch or filter is refused, not answered with the old run;
+    the micro-batch size and threads only change speed and may differ."""
+    argv = [*RL_ONLY, "--out", str(tmp_path), "optim.actor_lr=2e-5", "filter.enabled=false"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main([*argv, *then]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"{tmp_path / 'rl-grpo'} was made with {named}" in line
+    assert main([*argv, "optim.micro_batch_size=1", "trainer.num_threads=1"]) == 0
+    assert len(stubbed["train"]) == 1  # trained once
+
+
+def test_an_rl_stage_recorded_before_its_rl_settings_were_is_taken_as_it_is(tmp_path, stubbed):
+    argv = [*RL_ONLY, "--out", str(tmp_path)]
+    assert main(argv) == 0
+    for record in (tmp_path / "rl-grpo" / "recipe", tmp_path / "rl-grpo-eval"):
+        kept = json.loads((record / "stage.json").read_text())
+        kept["settings"] = {k: v for k, v in kept["settings"].items() if "." not in k}
+        (record / "stage.json").write_text(json.dumps(kept))
+    assert main([*argv, "optim.actor_lr=3e-5"]) == 0  # nothing to compare it with
+    assert len(stubbed["train"]) == 1
+
+
 def test_a_longer_cosine_run_is_not_the_shorter_one_continued(tmp_path, stubbed, checkpointing):
     """A cosine schedule decays over total_steps: more steps keep the finished stage's
     refusal instead of continuing it, and nothing is moved."""

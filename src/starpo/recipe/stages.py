@@ -86,8 +86,17 @@ FLAGS = {
     "layout": "rollout settings",
 }
 #: What the SFT stage records since 2026-12-04; a stage recorded before holds none of them
-#: and is taken as it is on these.
+#: and is taken as it is on these (and on the RL settings' dotted keys, recorded since
+#: 2026-12-06).
 LATER_KEYS = ("base_model", "env_kwargs", "layout")
+#: The RL run's settings its stages record as dotted config keys (`rl_settings`): whole
+#: sections, and the trainer's that change what it learns or how it is scored.
+RL_SECTIONS = ("rollout", "filter", "algorithm", "optim")
+RL_TRAINER_KEYS = ("seed", "on_collapse", "stop_at_success", "val_temperature")
+#: Not recorded: they change speed, not the result (the update does not depend on the
+#: micro-batch size; bf16 or fp32 is the machine's choice under `auto`).
+RL_UNRECORDED = ("rollout.workers", "rollout.backend", "rollout.dtype", "rollout.env_timeout_s",
+                 "optim.micro_batch_size")  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- stages
@@ -216,7 +225,31 @@ def sft_settings(recipe: Recipe, cfg: Any) -> dict[str, Any]:
     return json.loads(json.dumps(made))  # as stage.json keeps it (tuples as lists)
 
 
+def rl_settings(rl_cfg: Any) -> dict[str, Any]:
+    """What an RL stage is made with beyond its SFT model and budget, as dotted config keys
+    (`optim.actor_lr`: 2e-05), so a finished run is not reused for another learning rate,
+    batch, filter or estimator."""
+    from starpo.config import config_to_dict
+
+    full = config_to_dict(rl_cfg)
+    made = {f"{sec}.{key}": value for sec in RL_SECTIONS for key, value in full[sec].items()}
+    made.update({f"trainer.{key}": full["trainer"][key] for key in RL_TRAINER_KEYS})
+    kept = {key: value for key, value in made.items() if key not in RL_UNRECORDED}
+    return json.loads(json.dumps(kept))  # as stage.json keeps it (tuples as lists)
+
+
+def _later(key: str) -> bool:
+    """A key that stages recorded before some date: one a record lacks is taken as it is."""
+    return key in LATER_KEYS or "." in key
+
+
 def _show(key: str, value: Any) -> str:
+    if "." in key:  # an RL setting, as its override is written
+        if value is None or isinstance(value, bool):
+            text = "null" if value is None else str(value).lower()
+        else:
+            text = f"{value:g}" if isinstance(value, (int, float)) else show(value)
+        return f"{key}={text}"
     flag = FLAGS.get(key, key)
     if key == "sft_from":  # recorded only when not the solver (see sft_settings)
         return f"{flag} {value or 'solver'}"
@@ -239,7 +272,7 @@ def check_kept_settings(
         kept = _kept_settings(out / folder)
         if kept is None:
             continue
-        asking = {k: v for k, v in wanted[folder].items() if k in kept or k not in LATER_KEYS}
+        asking = {k: v for k, v in wanted[folder].items() if k in kept or not _later(k)}
         keys = [k for k in {**kept, **asking} if kept.get(k) != asking.get(k)]
         if not keys:
             continue
@@ -260,7 +293,7 @@ def _asks_longer(kept: dict[str, Any], asked: dict[str, Any]) -> bool:
     """Whether `asked` is `kept` with more steps or minutes (None: no minute budget) and
     neither lowered; the other settings compare as in `check_kept_settings`."""
     keys = {**kept, **asked}
-    others = [k for k in keys if k not in BUDGET_KEYS and (k in kept or k not in LATER_KEYS)]
+    others = [k for k in keys if k not in BUDGET_KEYS and (k in kept or not _later(k))]
     if any(kept.get(k) != asked.get(k) for k in others):
         return False
 
@@ -403,7 +436,10 @@ def run_recipe(
         method_overrides = [*overrides, *METHODS[name].overrides, f"model.name={sft_dir}"]
         rl_cfgs[name] = load_config(recipe.preset, method_overrides)
         steps = rl_cfgs[name].trainer.total_steps
-        rl_made[name] = {**made, "rl_minutes": recipe.rl_minutes, "rl_steps": steps}
+        rl_made[name] = {
+            **made, "rl_minutes": recipe.rl_minutes, "rl_steps": steps,
+            **rl_settings(rl_cfgs[name]),
+        }  # fmt: skip
         for folder in (f"rl-{name}", *(f"rl-{name}-{stage}" for stage in ("eval", *held))):
             wanted[folder] = rl_made[name]
     check_kept_settings(out, wanted, checked=[k for k in wanted if not k.startswith("rl-")])
