@@ -245,11 +245,8 @@ def _later(key: str) -> bool:
 
 def _show(key: str, value: Any) -> str:
     if "." in key:  # an RL setting, as its override is written
-        if value is None or isinstance(value, bool):
-            text = "null" if value is None else str(value).lower()
-        else:
-            text = f"{value:g}" if isinstance(value, (int, float)) else show(value)
-        return f"{key}={text}"
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return f"{key}={value:g}" if number else f"{key}={show(value)}"  # show: YAML
     flag = FLAGS.get(key, key)
     if key == "sft_from":  # recorded only when not the solver (see sft_settings)
         return f"{flag} {value or 'solver'}"
@@ -272,12 +269,11 @@ def check_kept_settings(
         kept = _kept_settings(out / folder)
         if kept is None:
             continue
-        asking = {k: v for k, v in wanted[folder].items() if k in kept or not _later(k)}
-        keys = [k for k in {**kept, **asking} if kept.get(k) != asking.get(k)]
+        keys = _differing(kept, wanted[folder])
         if not keys:
             continue
         made = ", ".join(_show(k, kept.get(k)) for k in keys)
-        asked = ", ".join(_show(k, asking.get(k)) for k in keys)
+        asked = ", ".join(_show(k, wanted[folder].get(k)) for k in keys)
         redo = ", ".join(folders[i:])
         raise UserError(
             f"{out / folder} was made with {made}, not {asked}: pass the same settings to "
@@ -289,12 +285,17 @@ def check_kept_settings(
 BUDGET_KEYS = ("rl_steps", "rl_minutes")
 
 
+def _differing(kept: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    """The settings whose recorded value is not the wanted one; a key recorded only since
+    some date (`_later`) that the record lacks is taken as it is."""
+    asking = {k: v for k, v in wanted.items() if k in kept or not _later(k)}
+    return [k for k in {**kept, **asking} if kept.get(k) != asking.get(k)]
+
+
 def _asks_longer(kept: dict[str, Any], asked: dict[str, Any]) -> bool:
     """Whether `asked` is `kept` with more steps or minutes (None: no minute budget) and
-    neither lowered; the other settings compare as in `check_kept_settings`."""
-    keys = {**kept, **asked}
-    others = [k for k in keys if k not in BUDGET_KEYS and (k in kept or not _later(k))]
-    if any(kept.get(k) != asked.get(k) for k in others):
+    neither lowered, all else the same."""
+    if any(k not in BUDGET_KEYS for k in _differing(kept, asked)):
         return False
 
     def bound(value: Any) -> float:
@@ -317,12 +318,12 @@ def continue_longer(
 
     rl_dir = out / f"rl-{method}"
     record = rl_dir / "recipe" / "stage.json"
-    kept = _kept_settings(rl_dir) if record.exists() else None
-    if kept is None or not _asks_longer(kept, asked):
+    kept = _kept_record(rl_dir) if record.exists() else None
+    if kept is None or kept.get("settings") is None or not _asks_longer(kept["settings"], asked):
         return
     if rl_cfg.optim.lr_schedule != "constant" or latest_checkpoint(rl_dir) is None:
         return
-    steps = json.loads(record.read_text(encoding="utf-8")).get("steps", "?")
+    steps = kept.get("steps", "?")
     moves = [(record, record.with_name(f"stage-step{steps}.json"))]
     moves += [(out / f, out / f"{f}-step{steps}") for f in evals if (out / f).exists()]
     taken = [str(target) for _, target in moves if target.exists()]
@@ -341,14 +342,21 @@ def continue_longer(
     )
 
 
-def _kept_settings(folder: Path) -> dict[str, Any] | None:
-    """The settings a finished stage recorded (an RL stage's record is in its recipe/)."""
+def _kept_record(folder: Path) -> dict[str, Any] | None:
+    """A finished stage's record (an RL stage's is in its recipe/), or None: not finished,
+    or unreadable (run_stage runs it again)."""
     nested = folder / "recipe" / "stage.json"
     record = nested if nested.exists() else folder / "stage.json"
     try:
-        return json.loads(record.read_text(encoding="utf-8")).get("settings")
-    except (OSError, json.JSONDecodeError, AttributeError):
-        return None  # not finished, or unreadable: run_stage runs it (again)
+        kept = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return kept if isinstance(kept, dict) else None
+
+
+def _kept_settings(folder: Path) -> dict[str, Any] | None:
+    """The settings a finished stage recorded, or None."""
+    return (_kept_record(folder) or {}).get("settings")
 
 
 def train_sft(recipe: Recipe, cfg: Any, sft_dir: Path) -> dict[str, Any]:
@@ -429,7 +437,7 @@ def run_recipe(
     cfg = load_config(recipe.preset, overrides)
     sft_dir = out / "sft"
     made = sft_settings(recipe, cfg)
-    rl_cfgs, rl_made = {}, {}
+    rl_cfgs, rl_made, rl_evals = {}, {}, {}
     held = ("heldout-eval",) if recipe.heldout_kwargs else ()
     wanted = {"sft": made, **{f"sft-{stage}": made for stage in ("eval", *held)}}
     for name in methods:
@@ -440,12 +448,12 @@ def run_recipe(
             **made, "rl_minutes": recipe.rl_minutes, "rl_steps": steps,
             **rl_settings(rl_cfgs[name]),
         }  # fmt: skip
-        for folder in (f"rl-{name}", *(f"rl-{name}-{stage}" for stage in ("eval", *held))):
+        rl_evals[name] = [f"rl-{name}-{stage}" for stage in ("eval", *held)]
+        for folder in (f"rl-{name}", *rl_evals[name]):
             wanted[folder] = rl_made[name]
     check_kept_settings(out, wanted, checked=[k for k in wanted if not k.startswith("rl-")])
     for name in methods:  # a longer RL budget continues a finished run, its SFT kept
-        evals = [f"rl-{name}-{stage}" for stage in ("eval", *held)]
-        continue_longer(out, name, rl_cfgs[name], rl_made[name], evals)
+        continue_longer(out, name, rl_cfgs[name], rl_made[name], rl_evals[name])
     check_kept_settings(out, wanted)
     settings = cfg.rollout.settings(temperature=cfg.trainer.val_temperature)
     think_settings = settings.model_copy(
