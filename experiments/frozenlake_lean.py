@@ -1,7 +1,7 @@
 """Does a FrozenLake model lean to the map's good moves, and can a linear probe read the
 good moves from its hidden state? One forward pass per map on each model's first turn.
 
-    python experiments/frozenlake_lean.py runs/fl-random-gpu-settings/sft \\
+    python experiments/frozenlake_lean.py smollm2-135m-instruct runs/fl-random-gpu-settings/sft \\
         runs/fl-solver-avx2/sft runs/fl-solver-avx2/rl-grpo/final --maps 300
 
 `experiments/frozenlake_drift.py` found that each GRPO step of 64 episodes pulls hard on
@@ -36,7 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from starpo.envs.frozenlake.env import FrozenLakeEnv  # noqa: E402
 from starpo.envs.frozenlake.solver import ACTIONS  # noqa: E402
+from starpo.models import DEFAULT_MODEL  # noqa: E402
 from starpo.models.compat import cache_argument  # noqa: E402
+from starpo.models.embedded import ensure_default_model  # noqa: E402
 from starpo.rollout import prompts  # noqa: E402
 from starpo.rollout.chat import ChatTokens  # noqa: E402
 
@@ -151,13 +153,16 @@ def probe_auc(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("models", nargs="+", help="model folders (HF format)")
+    parser.add_argument(
+        "models", nargs="+", help=f"model folders (HF format), or {DEFAULT_MODEL} (untrained)"
+    )
     parser.add_argument("--maps", type=int, default=300, help="first turns read (maps)")
     parser.add_argument("--seed-start", type=int, default=123, help="first map seed")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     if args.maps < 30:
         parser.error("--maps must be >= 30: the probe holds out a third of them")
+    args.models = [str(ensure_default_model()) if m == DEFAULT_MODEL else m for m in args.models]
     missing = [m for m in args.models if not (Path(m) / "config.json").is_file()]
     if missing:
         parser.error(f"no model (config.json) in {', '.join(missing)}: give HF model folders")
