@@ -107,9 +107,11 @@ def read_model(path: str, users: list[str], layers: tuple[float, ...] = (0.5, 1.
     return np.array(probs), {f: np.array(h) for f, h in hidden.items()}
 
 
-def lean_points(probs: np.ndarray, good: np.ndarray) -> float:
-    """Mean (P(good moves) - share of good moves) in points: 0 for a map-blind uniform policy."""
-    return float(100 * ((probs * good).sum(1) - good.mean(1)).mean())
+def lean_points(probs: np.ndarray, good: np.ndarray) -> tuple[float, float]:
+    """(mean, standard error) over maps of P(good moves) - share of good moves, in points:
+    0 for a map-blind uniform policy."""
+    per_map = 100 * ((probs * good).sum(1) - good.mean(1))
+    return float(per_map.mean()), float(per_map.std(ddof=1) / np.sqrt(len(per_map)))
 
 
 def auc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -183,8 +185,9 @@ def main(argv: list[str] | None = None) -> None:
     for path in args.models:
         probs, hidden = read_model(path, users)
         middle, last = hidden[0.5], hidden[1.0]
+        lean, lean_se = lean_points(probs, good)
         print(
-            f"| {path} | {lean_points(probs, good):+.1f} points | "
+            f"| {path} | {lean:+.1f} points (SE {lean_se:.1f}) | "
             f"{probe_auc(middle, good):.3f} | {probe_auc(last, good):.3f} | "
             f"{probe_auc(middle, shuffled):.3f} |",
             flush=True,
