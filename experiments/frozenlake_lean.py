@@ -87,6 +87,10 @@ def read_model(path: str, users: list[str], layers: tuple[float, ...] = (0.5, 1.
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     chat = ChatTokens(tokenizer, prompts.generation_prefix(think=False))
     move_ids = [tokenizer.encode(" " + move, add_special_tokens=False)[0] for move in MOVES]
+    if len(set(move_ids)) < len(MOVES):  # the lean reads one token a move
+        raise SystemExit(
+            f"{path}: the four moves share a first token; the lean needs distinct ones"
+        )
     picked = {f: round(f * model.config.num_hidden_layers) for f in layers}
     ids = [chat.first_prompt(prompts.SYSTEM_PROMPT, user) for user in users]
     shared = min(common_prefix(ids), min(len(seq) for seq in ids) - 1)  # >= 1 token each
