@@ -34,6 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from starpo.compute.forward import common_prefix_length  # noqa: E402
 from starpo.envs.frozenlake.env import FrozenLakeEnv  # noqa: E402
 from starpo.envs.frozenlake.solver import ACTIONS  # noqa: E402
 from starpo.models import DEFAULT_MODEL  # noqa: E402
@@ -66,14 +67,6 @@ def first_turns(seeds: range, max_steps: int = 10) -> list[tuple[str, np.ndarray
     return turns
 
 
-def common_prefix(sequences: list[list[int]]) -> int:
-    """Length of the token prefix every sequence shares (the system message and task)."""
-    first, n = sequences[0], min(len(seq) for seq in sequences)
-    for seq in sequences[1:]:
-        n = next((i for i in range(n) if seq[i] != first[i]), n)
-    return n
-
-
 def read_model(path: str, users: list[str], layers: tuple[float, ...] = (0.5, 1.0)):
     """(move probabilities (N, 4) renormalised over the four moves' first tokens, hidden
     states {layer fraction: (N, H)} at the last prompt position). The prompts' shared
@@ -93,7 +86,9 @@ def read_model(path: str, users: list[str], layers: tuple[float, ...] = (0.5, 1.
         )
     picked = {f: round(f * model.config.num_hidden_layers) for f in layers}
     ids = [chat.first_prompt(prompts.SYSTEM_PROMPT, user) for user in users]
-    shared = min(common_prefix(ids), min(len(seq) for seq in ids) - 1)  # >= 1 token each
+    lengths = torch.tensor([len(seq) for seq in ids])
+    padded = torch.nn.utils.rnn.pad_sequence([torch.tensor(seq) for seq in ids], True, -1)
+    shared = common_prefix_length(padded, lengths)  # the system message and task
     probs, hidden = [], {f: [] for f in layers}
     name = cache_argument(model)  # `cache` in transformers 5, `past_key_values` before
     with torch.inference_mode():
@@ -127,9 +122,7 @@ def auc(scores: np.ndarray, labels: np.ndarray) -> float:
     return float(wins)
 
 
-def probe_auc(
-    features: np.ndarray, good: np.ndarray, seed: int = 0, l2: float = 1e-2, iters: int = 200
-) -> float:
+def probe_auc(features: np.ndarray, good: np.ndarray, l2: float = 1e-2, iters: int = 200) -> float:
     """Held-out AUC of one L2 logistic regression per move (first two thirds of the rows
     train, the rest test; features standardised on the training rows), averaged over moves."""
     split = 2 * len(features) // 3
@@ -138,7 +131,6 @@ def probe_auc(
     aucs = []
     for move in range(good.shape[1]):
         y = torch.tensor(good[:, move], dtype=torch.float64)
-        torch.manual_seed(seed)
         w = torch.zeros(x.shape[1], dtype=torch.float64, requires_grad=True)
         b = torch.zeros((), dtype=torch.float64, requires_grad=True)
         opt = torch.optim.LBFGS([w, b], max_iter=iters, line_search_fn="strong_wolfe")

@@ -57,13 +57,18 @@ def gather_rows(states: torch.Tensor, index: torch.Tensor, dim: int = 0) -> torc
     return picked.unflatten(dim, index.shape)
 
 
+def common_prefix_length(ids: torch.Tensor, lengths: torch.Tensor) -> int:
+    """Tokens at the start of the right-padded rows `ids` (B, T) that every row has in
+    common, capped so every row keeps at least one of its `lengths` (B,) tokens after it."""
+    differs = torch.nonzero(~(ids == ids[:1]).all(dim=0))
+    prefix = int(differs[0]) if len(differs) else ids.shape[1]
+    return min(prefix, int(lengths.min()) - 1)
+
+
 def shared_prefix_length(batch: TrainBatch) -> int:
     """Tokens at the start that every row has in common (all rollouts of a group begin with
     the same prompt), capped so every row keeps at least one token after it."""
-    ids = batch.input_ids
-    differs = torch.nonzero(~(ids == ids[:1]).all(dim=0))
-    prefix = int(differs[0]) if len(differs) else ids.shape[1]
-    return min(prefix, int(batch.attention_mask.sum(dim=1).min()) - 1)
+    return common_prefix_length(batch.input_ids, batch.attention_mask.sum(dim=1))
 
 
 def cached_prefix_length(batch: TrainBatch) -> int:
