@@ -39,6 +39,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from starpo.algorithms.advantages import group_normalise  # noqa: E402
+from starpo.algorithms.losses import AGGREGATIONS, aggregate  # noqa: E402
 from starpo.envs.frozenlake.env import FrozenLakeEnv  # noqa: E402
 from starpo.envs.frozenlake.solver import ACTIONS  # noqa: E402
 
@@ -83,16 +84,21 @@ def play(
     return float(env.is_success()), turns
 
 
-def episode_score(turns: list[Turn], logits: np.ndarray, lean: float) -> np.ndarray:
-    """d/d(logits, lean) of the episode's log-probability, (5,): per turn,
-    onehot(a) - p for the four logits and good[a] - p . good for the lean."""
-    score = np.zeros(len(MOVES) + 1)
-    for move, good in turns:
+def turn_scores(turns: list[Turn], logits: np.ndarray, lean: float) -> np.ndarray:
+    """d/d(logits, lean) of each turn's log-probability, (T, 5): onehot(a) - p for the
+    four logits and good[a] - p . good for the lean."""
+    scores = np.zeros((len(turns), len(MOVES) + 1))
+    for t, (move, good) in enumerate(turns):
         probs = move_probs(logits, lean, good)
-        score[move] += 1.0
-        score[: len(MOVES)] -= probs
-        score[-1] += good[move] - probs @ good
-    return score
+        scores[t, move] += 1.0
+        scores[t, : len(MOVES)] -= probs
+        scores[t, -1] = good[move] - probs @ good
+    return scores
+
+
+def episode_score(turns: list[Turn], logits: np.ndarray, lean: float) -> np.ndarray:
+    """d/d(logits, lean) of the episode's log-probability, (5,)."""
+    return turn_scores(turns, logits, lean).sum(axis=0)
 
 
 def step_push(
@@ -104,19 +110,21 @@ def step_push(
 ) -> np.ndarray:
     """One training step's update direction on (the four move logits, the lean), ascent:
     + raises it. GRPO advantages within each group of `group_size` consecutive episodes,
-    then `seq_mean_token_mean` (per episode over its turns, then over episodes) or
-    `token_mean` (over every turn of the step)."""
+    each turn's score weighted by its episode's, then reduced by the trainer's own
+    `aggregate` (`seq_mean_token_mean`: per episode over its turns, then over episodes;
+    `token_mean`: over every turn of the step)."""
+    if loss_agg not in AGGREGATIONS:
+        raise ValueError(f"loss_agg={loss_agg!r}: use one of {', '.join(AGGREGATIONS)}")
     rewards = torch.tensor([success for success, _ in episodes], dtype=torch.float64)
     groups = torch.arange(len(episodes)) // group_size
-    advantages = group_normalise(rewards, groups).numpy()
-    scores = [episode_score(turns, logits, lean) for _, turns in episodes]
-    lengths = [len(turns) for _, turns in episodes]
-    if loss_agg == "seq_mean_token_mean":
-        per_episode = [a * s / n for a, s, n in zip(advantages, scores, lengths, strict=True)]
-        return np.mean(per_episode, axis=0)
-    if loss_agg == "token_mean":
-        return sum(a * s for a, s in zip(advantages, scores, strict=True)) / sum(lengths)
-    raise ValueError(f"loss_agg={loss_agg!r}: use seq_mean_token_mean or token_mean")
+    advantages = group_normalise(rewards, groups)
+    scores = [torch.tensor(turn_scores(turns, logits, lean)) for _, turns in episodes]
+    per_turn = torch.nn.utils.rnn.pad_sequence(scores, batch_first=True)  # (B, T, 5)
+    mask = torch.nn.utils.rnn.pad_sequence([torch.ones(len(s)) for s in scores], True)
+    weighted = advantages[:, None, None] * per_turn
+    return np.array(
+        [float(aggregate(weighted[..., k], mask, loss_agg)) for k in range(per_turn.shape[-1])]
+    )
 
 
 def pushes(
