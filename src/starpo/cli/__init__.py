@@ -16,6 +16,7 @@ from starpo.cli import (
     demo,
     envs,
     eval,
+    export,
     plan,
     play,
     report,
@@ -28,7 +29,21 @@ from starpo.cli import (
 from starpo.errors import UserError
 
 #: The subcommands, in the order `starpo --help` lists them.
-COMMANDS = (envs, check_env, play, eval, train, plan, sft, serve, serve_env, view, report, demo)
+COMMANDS = (
+    envs,
+    check_env,
+    play,
+    eval,
+    train,
+    export,
+    plan,
+    sft,
+    serve,
+    serve_env,
+    view,
+    report,
+    demo,
+)
 
 
 class _Parser(argparse.ArgumentParser):
