@@ -139,6 +139,14 @@ def test_keep_prunes_older_checkpoints_and_resaving_replaces(tmp_path):
         save_checkpoint(tmp_path, 40, {}, keep=0)
 
 
+def test_keep_every_keeps_those_steps_for_good(tmp_path):
+    for step in range(5, 45, 5):
+        save_checkpoint(tmp_path, step, {"step": step}, keep=2, keep_every=20)
+    # The newest two, plus every older multiple of 20.
+    assert _steps(tmp_path) == ["step_000020", "step_000035", "step_000040"]
+    assert latest_checkpoint(tmp_path).name == "step_000040"  # resume is unchanged
+
+
 def test_crash_while_writing_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
     first = save_checkpoint(tmp_path, 1, {"step": 1}, keep=5)
 

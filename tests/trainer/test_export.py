@@ -24,7 +24,8 @@ def _train(run: Path, model_dir: Path, *extra: str) -> None:
             f"model.name={model_dir}",
             "trainer.total_steps=2",
             "trainer.save_every=1",
-            "trainer.keep_checkpoints=2",
+            "trainer.keep_checkpoints=1",
+            "trainer.keep_every=1",  # and every step for good: both kept
             "trainer.val_every=0",
             *extra,
         ],

@@ -138,6 +138,13 @@ class TrainerConfig(ConfigSection):
     )
     save_every: int = _f(10, "Checkpoint every N steps; 0 = only at the end.", ge=0)
     keep_checkpoints: int = _f(2, "Newest checkpoints kept on disk.", ge=1)
+    keep_every: int = _f(
+        0,
+        "Also keep for good every checkpoint whose step is a multiple of N (0 = none): "
+        "steps to evaluate or probe later with `starpo export`. Each costs a checkpoint's "
+        "disk space.",
+        ge=0,
+    )
     checkpoint_contents: str = _f(
         "full",
         "What a checkpoint holds: full = trainable weights, AdamW moments, schedules, RNG "

@@ -377,7 +377,8 @@ class Trainer:
         With trainer.checkpoint_async the step waits only for the previous write and for a
         snapshot of the state; the returned folder appears once the background write ends.
         """
-        targets = [Target(self.run_dir, self.cfg.trainer.keep_checkpoints)]
+        trainer = self.cfg.trainer
+        targets = [Target(self.run_dir, trainer.keep_checkpoints, trainer.keep_every)]
         if healthy and self.cfg.trainer.on_collapse == "rollback":
             targets.insert(0, Target(self.folder.healthy, keep=1))
         return self.saver.save(step, self.checkpoint_state, targets)

@@ -42,7 +42,7 @@ def find_checkpoint(source: Path, step: int | None = None) -> Path:
         steps = ", ".join(str(s) for s in sorted(kept))
         raise UserError(
             f"{source} keeps no checkpoint of step {step} (it keeps step {steps}; "
-            "trainer.keep_checkpoints sets how many a run keeps)"
+            "trainer.keep_checkpoints and trainer.keep_every set which a run keeps)"
         )
     return kept[step]
 

@@ -54,10 +54,12 @@ def snapshot(obj: Any, reuse: Any = None) -> Any:
 
 @dataclass(frozen=True)
 class Target:
-    """One place a state is saved to: `run_dir/checkpoints/`, keeping the newest `keep`."""
+    """One place a state is saved to: `run_dir/checkpoints/`, keeping the newest `keep` and
+    every one whose step is a multiple of `keep_every` (0: none)."""
 
     run_dir: Path
     keep: int
+    keep_every: int = 0
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,9 @@ def write_checkpoint(step: int, state: dict[str, Any], targets: list[Target]) ->
     started = time.perf_counter()
     path = None
     for target in targets:
-        path = save_checkpoint(target.run_dir, step, state, keep=target.keep)
+        path = save_checkpoint(
+            target.run_dir, step, state, keep=target.keep, keep_every=target.keep_every
+        )
     assert path is not None, "no target"
     return Written(path, checkpoint_bytes(path), time.perf_counter() - started)
 

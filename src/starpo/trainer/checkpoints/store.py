@@ -171,8 +171,11 @@ def _step_dirs(checkpoints: Path) -> list[tuple[int, Path]]:
     return runs.step_dirs(checkpoints)[::-1]
 
 
-def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], keep: int) -> Path:
-    """Write `state` as `run_dir/checkpoints/step_NNNNNN/` atomically; keep the newest `keep`.
+def save_checkpoint(
+    run_dir: Path, step: int, state: dict[str, Any], keep: int, keep_every: int = 0
+) -> Path:
+    """Write `state` as `run_dir/checkpoints/step_NNNNNN/` atomically; keep the newest `keep`,
+    and older ones whose step is a multiple of `keep_every` (0: none).
 
     An existing folder for the same step is replaced: it is removed first (POSIX cannot
     rename a folder over a non-empty one), so readers see the old checkpoint, then none
@@ -195,8 +198,9 @@ def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], keep: int) 
         _remove(target)
     os.replace(tmp, target)
     _fsync_dir(checkpoints)
-    for _, path in _step_dirs(checkpoints)[keep:]:
-        _remove(path)
+    for older, path in _step_dirs(checkpoints)[keep:]:
+        if not (keep_every and older % keep_every == 0):
+            _remove(path)
     return target
 
 
