@@ -142,10 +142,10 @@ def test_a_failed_background_write_stops_the_run_with_one_line(
 
     real_save = saver.save_checkpoint
 
-    def full_disk_at_step_2(run_dir, step, state, keep):
+    def full_disk_at_step_2(run_dir, step, state, keep, keep_every=0):
         if step == 2:
             raise OSError(28, "No space left on device")
-        return real_save(run_dir, step, state, keep)
+        return real_save(run_dir, step, state, keep, keep_every)
 
     monkeypatch.setattr(saver, "save_checkpoint", full_disk_at_step_2)
     overrides = {

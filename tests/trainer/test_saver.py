@@ -73,9 +73,9 @@ def test_a_background_write_equals_a_synchronous_one(tmp_path):
 def test_the_next_save_waits_for_the_write_in_flight(tmp_path, monkeypatch):
     events = []
 
-    def logged_save(run_dir, step, state, keep):
+    def logged_save(run_dir, step, state, keep, keep_every=0):
         events.append(("start", step))
-        path = save_checkpoint(run_dir, step, state, keep)
+        path = save_checkpoint(run_dir, step, state, keep, keep_every)
         events.append(("end", step))
         return path
 
@@ -102,7 +102,7 @@ def test_the_next_save_waits_for_the_write_in_flight(tmp_path, monkeypatch):
 def test_a_failed_background_write_is_one_line_at_the_next_wait(tmp_path, monkeypatch, capsys):
     first = save_checkpoint(tmp_path, 1, {"step": 1}, keep=2)
 
-    def disk_full(run_dir, step, state, keep):
+    def disk_full(run_dir, step, state, keep, keep_every=0):
         raise OSError(28, "No space left on device\nmore detail")
 
     monkeypatch.setattr(saver, "save_checkpoint", disk_full)
