@@ -47,13 +47,6 @@ def test_the_prefix_cache_reads_what_a_full_forward_pass_reads(tiny_model_dir):
         np.testing.assert_allclose(hidden[1.0][i], last, rtol=1e-4, atol=1e-5)
 
 
-def test_common_prefix_length_keeps_a_token_of_every_row():
-    common_prefix_length = frozenlake_lean.common_prefix_length
-    rows = torch.tensor([[1, 2, 3, 4], [1, 2, 5, -1], [1, 2, 3, -1]])
-    assert common_prefix_length(rows, torch.tensor([4, 3, 3])) == 2
-    assert common_prefix_length(torch.tensor([[1, 2], [1, 2]]), torch.tensor([2, 2])) == 1
-
-
 def test_auc_and_lean_are_the_textbook_quantities():
     labels = np.array([0, 0, 1, 1])
     assert frozenlake_lean.auc(np.array([0.1, 0.2, 0.8, 0.9]), labels) == 1.0

@@ -86,7 +86,7 @@ def test_bad_sources_are_one_line_errors(tmp_path, tiny_model_dir, capsys):
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "keep.txt").write_text("mine")
     with pytest.raises(UserError, match="not empty"):
-        export_checkpoint(run, tmp_path / "taken")
+        export_checkpoint(find_checkpoint(run), tmp_path / "taken")
     assert (tmp_path / "taken" / "keep.txt").read_text() == "mine"  # untouched
     assert find_checkpoint(run).name == "step_000002"
     moved = ["export", str(run), "--base", str(tmp_path / "moved"), "--out", str(tmp_path / "out")]

@@ -19,6 +19,13 @@ def _logprobs_and_grads(monkeypatch, batch: TrainBatch, share: bool):
     return logprobs.detach(), entropy.detach(), grads
 
 
+def test_common_prefix_length_keeps_a_token_of_every_row():
+    rows = torch.tensor([[1, 2, 3, 4], [1, 2, 5, -1], [1, 2, 3, -1]])
+    assert forward.common_prefix_length(rows, torch.tensor([4, 3, 3])) == 2
+    rows = torch.tensor([[1, 2], [1, 2]])
+    assert forward.common_prefix_length(rows, torch.tensor([2, 2])) == 1
+
+
 def test_shared_prefix_forward_matches_plain_forward(monkeypatch, prompt_batch):
     # Agent tokens inside the shared part (turn 1) and after it.
     batch = prompt_batch(40, 12, first_turn=5, last_agent=8)

@@ -379,7 +379,7 @@ class Trainer:
         """
         trainer = self.cfg.trainer
         targets = [Target(self.run_dir, trainer.keep_checkpoints, trainer.keep_every)]
-        if healthy and self.cfg.trainer.on_collapse == "rollback":
+        if healthy and trainer.on_collapse == "rollback":
             targets.insert(0, Target(self.folder.healthy, keep=1))
         return self.saver.save(step, self.checkpoint_state, targets)
 

@@ -27,10 +27,11 @@ def find_checkpoint(source: Path, step: int | None = None) -> Path:
         if step is not None and step != saved:
             raise UserError(f"{source} is the checkpoint of step {saved}, not {step}: drop --step")
         return source
-    kept = dict(runs.step_dirs(runs.RunFolder(source).checkpoints))
+    checkpoints = runs.RunFolder(source).checkpoints
+    kept = dict(runs.step_dirs(checkpoints))
     if not kept:
         raise UserError(
-            f"{source} holds no checkpoints (looked in {runs.RunFolder(source).checkpoints}); "
+            f"{source} holds no checkpoints (looked in {checkpoints}); "
             "a finished run's model is already a model folder: its final/"
         )
     if step is None:
@@ -47,12 +48,10 @@ def find_checkpoint(source: Path, step: int | None = None) -> Path:
     return kept[step]
 
 
-def export_checkpoint(
-    source: Path, out: Path, *, step: int | None = None, base: str | None = None
-) -> Path:
-    """Write the policy saved in `source` (see `find_checkpoint`) to `out` as a Hugging
-    Face folder (LoRA merged), in fp32 as the trainer keeps its master weights. The
-    checkpoint holds only the trainable weights: the rest come from the run's
+def export_checkpoint(checkpoint: Path, out: Path, *, base: str | None = None) -> Path:
+    """Write the policy saved in the `checkpoint` folder (`find_checkpoint` names it) to
+    `out` as a Hugging Face folder (LoRA merged), in fp32 as the trainer keeps its master
+    weights. The checkpoint holds only the trainable weights: the rest come from the run's
     `model.name`, or `base` when that path no longer resolves from here."""
     from starpo.compute.weights import export_policy, load_trainable_state
     from starpo.config import config_from_dict
@@ -62,8 +61,7 @@ def export_checkpoint(
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out} already exists and is not empty: choose another --out")
-    folder = find_checkpoint(source, step)
-    state = load_checkpoint(folder)
+    state = load_checkpoint(checkpoint)
     cfg = config_from_dict(state["config"])
     name = base or cfg.model.name
     try:
