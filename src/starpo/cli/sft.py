@@ -30,9 +30,10 @@ or `starpo train`, and/or solver episodes played with --from-solver) are replaye
 the rollout engine with the RL run's settings, so each example is token for token an RL
 rollout; the loss is the NLL of the agent's tokens. A solver turn reads
 "<think> {the env's rationale} </think> <answer> A1 || A2 </answer>" (without think:
-"<answer> A1 || A2 </answer>"). Writes a Hugging Face model folder (usable as
-`starpo train model.name=OUT` and `starpo eval --model OUT`), sft_summary.json and the
-replayed examples, sft_data.jsonl."""
+"<answer> A1 || A2 </answer>"); a --from-world-model turn "<think> <observation>{state}
+</observation> <prediction>{next state}</prediction> </think> <answer> A1 </answer>".
+Writes a Hugging Face model folder (usable as `starpo train model.name=OUT` and `starpo
+eval --model OUT`), sft_summary.json and the replayed examples, sft_data.jsonl."""
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -96,6 +97,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "sharpen; all kept, whatever their outcome, unless --only-success",
     )
     g.add_argument(
+        "--from-world-model",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also play the uniform random policy on N seeds after --from-weak's, each turn's "
+        "think block reading the state back and predicting the next one (SPA's "
+        "<observation>...</observation> <prediction>...</prediction>): a world-model warm "
+        "start; needs thinking on; all kept, whatever their outcome, unless --only-success",
+    )
+    g.add_argument(
         "--weak-skill",
         type=float,
         default=WEAK_SKILL,
@@ -105,7 +116,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     g.add_argument(
         "--env",
         default=None,
-        help="env of --from-solver / --from-random / --from-weak (default: --config's)",
+        help="env of --from-solver / --from-random / --from-weak / --from-world-model "
+        "(default: --config's)",
     )
     g.add_argument(
         "--seed-start",
@@ -165,10 +177,14 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
     flags = {name: getattr(args, name) for name in LAYOUT_SETTINGS}
     values.update({k: v for k, v in flags.items() if v is not None})
     check_settings(values, spell=flag_name)
+    if args.from_world_model:
+        from starpo.sft.responses import check_world_model_think
+
+        check_world_model_think(EpisodeSettings(**values).think)
     options = TrainOptions(**{name: getattr(args, name) for name in TrainOptions.model_fields})
     if args.actions_per_turn < 1:
         raise UserError(f"--actions-per-turn must be >= 1, got {args.actions_per_turn}")
-    for flag in ("from_solver", "from_random", "from_weak"):
+    for flag in ("from_solver", "from_random", "from_weak", "from_world_model"):
         if not 0 <= getattr(args, flag) <= MAX_EPISODES:
             raise UserError(
                 f"--{flag.replace('_', '-')} must be between 0 and {MAX_EPISODES}, got "
@@ -186,6 +202,7 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
         from_random=args.from_random,
         from_weak=args.from_weak,
         weak_skill=check_skill(args.weak_skill),
+        from_world_model=args.from_world_model,
         env_id=args.env or env_id,
         seed_start=args.seed_start,
         env_kwargs={**env_kwargs, **parse_env_args(args.env_arg)},

@@ -26,6 +26,9 @@ from starpo.types import Record, record_from_dict
 #: the RL run's own training seeds (`rollout.train_seed_start` = 10000, 8 a step), so SFT
 #: never trains on a state that validation or the first RL steps play.
 SOLVER_SEED_START = 100_000
+#: The source of `--from-world-model` records: the random policy's episodes, whose turns
+#: think as a world model (the state read back, the next one predicted) when replayed.
+WORLD_MODEL = "world-model"
 
 
 @dataclass

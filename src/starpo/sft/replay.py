@@ -27,7 +27,14 @@ from starpo.rollout.backends.base import (
     first_stop,
 )
 from starpo.rollout.engine import EpisodeSettings, RolloutEngine
-from starpo.sft.responses import Script, end_of_turn_id, episode_script, trajectory_script
+from starpo.sft.responses import (
+    Script,
+    check_world_model_think,
+    end_of_turn_id,
+    episode_script,
+    trajectory_script,
+    world_model_script,
+)
 from starpo.types import Episode, Record, Trajectory
 
 #: Records replayed per engine run (bounds the envs held at once; any size replays alike).
@@ -157,8 +164,11 @@ def replay_records(
     actions_per_turn: int = 1,
     env_kwargs: dict[str, Any] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    world_model: bool = False,
 ) -> ReplayResult:
-    """Replay every record (see the module docstring); examples keep the records' order."""
+    """Replay every record (see the module docstring); examples keep the records' order.
+    `world_model`: scripted episodes think as a world model (state read back, next state
+    predicted: `responses.world_model_script`) instead of with the env's rationales."""
     env_kwargs = dict(env_kwargs or {})
     if actions_per_turn > settings.max_actions_per_turn:
         raise UserError(
@@ -166,7 +176,10 @@ def replay_records(
             f"{settings.max_actions_per_turn}: the parser would drop actions; lower the first "
             f"or raise the second"
         )
-    check_rationales(records, settings, env_kwargs)
+    if world_model:
+        check_world_model_think(settings.think)
+    else:
+        check_rationales(records, settings, env_kwargs)
     engine = RolloutEngine(ReplayBackend([], 0), tokenizer, settings)
     by_env: dict[str, list[int]] = {}
     for index, record in enumerate(records):
@@ -178,7 +191,12 @@ def replay_records(
         for first in range(0, len(indices), REPLAY_CHUNK):
             chunk = indices[first : first + REPLAY_CHUNK]
             good, skipped = _replay_chunk(
-                engine, env_id, [records[i] for i in chunk], actions_per_turn, env_kwargs
+                engine,
+                env_id,
+                [records[i] for i in chunk],
+                actions_per_turn,
+                env_kwargs,
+                world_model,
             )
             replayed.update({chunk[i]: t for i, t in good.items()})
             result.skipped.update(skipped)
@@ -195,17 +213,19 @@ def _replay_chunk(
     records: list[Record],
     actions_per_turn: int,
     env_kwargs: dict[str, Any],
+    world_model: bool = False,
 ) -> tuple[dict[int, Trajectory], Counter[str]]:
     """Replay records of one env in one engine run: ({position: example}, skip reasons)."""
     engine.use_env(make(env_id, **env_kwargs))  # its prefix and turn ends shape the scripts
     skipped: Counter[str] = Counter()
     scripts: dict[int, Script] = {}
     for position, record in enumerate(records):
-        script = (
-            episode_script(engine, record, actions_per_turn, env_kwargs)
-            if isinstance(record, Episode)
-            else trajectory_script(engine, record)
-        )
+        if not isinstance(record, Episode):
+            script = trajectory_script(engine, record)
+        elif world_model:
+            script = world_model_script(engine, record, actions_per_turn)
+        else:
+            script = episode_script(engine, record, actions_per_turn, env_kwargs)
         if isinstance(script, str):
             skipped[script] += 1
         elif len(script) > engine.settings.max_turns:

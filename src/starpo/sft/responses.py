@@ -21,6 +21,7 @@ from typing import Any
 from starpo.envs import make
 from starpo.envs.tools import call_text
 from starpo.errors import UserError
+from starpo.evaluation.world_model import world_model_rationale
 from starpo.rollout.engine import RolloutEngine
 from starpo.rollout.parser import ACTION_SEPARATOR, TAGGED
 from starpo.types import Episode, Trajectory
@@ -115,6 +116,37 @@ def episode_script(
         chunk = slice(first, first + actions_per_turn)
         rationale = " ".join(r for r in reasons[chunk] if r) if think else None
         text = solver_turn_text(actions[chunk], rationale, think, syntax)
+        script.append(response_tokens(engine, text))
+    return script
+
+
+def check_world_model_think(think: bool) -> None:
+    """A world-model turn states the current and the next state inside its think block:
+    a one-line UserError when thinking is off."""
+    if not think:
+        raise UserError(
+            "world-model SFT writes the state and its predicted successor in the <think> "
+            "block: turn thinking on (starpo sft: --think; a config or starpo demo: "
+            "rollout.think=true)"
+        )
+
+
+def world_model_script(
+    engine: RolloutEngine, episode: Episode, actions_per_turn: int
+) -> Script | str:
+    """A scripted policy's episode as world-model turns (SPA): turns of up to
+    `actions_per_turn` actions whose think block reads back the state the turn starts from
+    and predicts the state after its last action, both as the episode recorded them
+    (`starpo.evaluation.world_model`); the actions are the policy's own."""
+    check_world_model_think(engine.settings.think)
+    syntax = engine.call_syntax if engine.tool_schemas is not None else None
+    states = [episode.initial_observation, *(step.observation for step in episode.steps)]
+    actions = [step.action for step in episode.steps]
+    script = []
+    for first in range(0, len(actions), actions_per_turn):
+        last = min(first + actions_per_turn, len(actions))
+        rationale = world_model_rationale(states[first], states[last])
+        text = solver_turn_text(actions[first:last], rationale, True, syntax)
         script.append(response_tokens(engine, text))
     return script
 

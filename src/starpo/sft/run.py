@@ -27,12 +27,14 @@ from starpo.errors import UserError
 from starpo.logs import console_logger, warn
 from starpo.sft.data import (
     SOLVER_SEED_START,
+    WORLD_MODEL,
     LoadedRecords,
     policy_records,
     read_records,
     warn_validation_seeds,
 )
 from starpo.sft.replay import ReplayResult, replay_records
+from starpo.sft.responses import check_world_model_think
 from starpo.types import Episode, Record, Trajectory
 
 if TYPE_CHECKING:
@@ -47,14 +49,17 @@ def keep_by_outcome(record: Record, only_success: bool | None, source: str = "")
     """Whether to train on `record` (from `source`) given its outcome. `only_success`
     True: successful episodes only; False: all; None ("auto"): whatever their outcome, the
     solver's episodes (its every action is optimal, even when FrozenLake's ice made it
-    fail) and the random or weak policy's that `--from-random` / `--from-weak` played (a
-    format-only or weak warm start: the turns' form and the policy's own lean are the
-    lesson, and keeping only the lucky successes would teach more solving); any other
+    fail) and the random or weak policy's that `--from-random` / `--from-weak` /
+    `--from-world-model` played (a format-only, weak or world-model warm start: the turns'
+    form, the policy's own lean or the transitions are the lesson, and keeping only the
+    lucky successes would teach more solving); any other
     record (a model's trajectory, a random policy's episode read from a file) only when
     successful."""
     if only_success is None:
         policy = record.policy if isinstance(record, Episode) else None
-        warm_start = policy == source and policy in ("random", "weak")
+        warm_start = (policy == source and policy in ("random", "weak")) or (
+            policy == "random" and source == WORLD_MODEL
+        )
         only_success = not (policy == "solver" or warm_start)
     return record.success or not only_success
 
@@ -69,19 +74,26 @@ def gather_records(
     from_random: int = 0,
     from_weak: int = 0,
     weak_skill: float = WEAK_SKILL,
+    from_world_model: int = 0,
 ) -> LoadedRecords:
-    """Records given directly, read from paths, played by the solver, by the random policy
-    and by the weak one (`weak_skill`), in that order, each on the seeds after the one
-    before's."""
+    """Records given directly, read from paths, played by the solver, by the random policy,
+    by the weak one (`weak_skill`) and by the random policy again for world-model turns
+    (source WORLD_MODEL), in that order, each on the seeds after the one before's."""
     given = [d for d in data if isinstance(d, (Episode, Trajectory))]
     loaded = read_records([d for d in data if not isinstance(d, (Episode, Trajectory))])
     loaded.records[:0], loaded.sources[:0] = given, ["given"] * len(given)
     first_seed = seed_start
-    for policy, count in (("solver", from_solver), ("random", from_random), ("weak", from_weak)):
+    sources = (
+        ("solver", "solver", from_solver),
+        ("random", "random", from_random),
+        ("weak", "weak", from_weak),
+        (WORLD_MODEL, "random", from_world_model),
+    )
+    for source, policy, count in sources:
         if not count:
             continue
         if not env_id:
-            raise UserError(f"--from-{policy} needs --env (the env the {policy} policy plays)")
+            raise UserError(f"--from-{source} needs --env (the env the {policy} policy plays)")
         played = policy_records(
             env_id,
             count,
@@ -91,12 +103,13 @@ def gather_records(
             weak_skill=weak_skill,
         )
         loaded.records += played.records
-        loaded.sources += played.sources
+        loaded.sources += [source] * len(played.records)
         first_seed += count  # the next policy plays other seeds
     if not loaded.records:
         raise UserError(
             "no SFT data: pass trajectories.jsonl files (from `starpo eval`), "
-            "--from-solver N, --from-random N or --from-weak N (with --env ENV)"
+            "--from-solver N, --from-random N, --from-weak N or --from-world-model N (with "
+            "--env ENV)"
         )
     return loaded
 
@@ -151,16 +164,29 @@ def prepare_examples(
     skipped: Counter[str] = Counter()
     if len(wanted) < len(loaded.records):
         skipped[NOT_SUCCESSFUL] = len(loaded.records) - len(wanted)
+    # World-model records think otherwise than the rest (`replay_records(world_model=...)`):
+    # each kind replays in a call of its own, and the examples are merged in record order.
+    replay = ReplayResult()
     with tqdm(total=len(wanted), desc="replay", unit="rec", disable=quiet) as bar:
-        replay = replay_records(
-            [loaded.records[i] for i in wanted],
-            tokenizer,
-            settings,
-            actions_per_turn=actions_per_turn,
-            env_kwargs=env_kwargs,
-            on_progress=bar.update,
-        )
-    replay.indices = [wanted[i] for i in replay.indices]
+        for world_model in (False, True):
+            part = [i for i in wanted if (loaded.sources[i] == WORLD_MODEL) == world_model]
+            if not part:
+                continue
+            done = replay_records(
+                [loaded.records[i] for i in part],
+                tokenizer,
+                settings,
+                actions_per_turn=actions_per_turn,
+                env_kwargs=env_kwargs,
+                on_progress=bar.update,
+                world_model=world_model,
+            )
+            replay.indices += [part[i] for i in done.indices]
+            replay.examples += done.examples
+            replay.skipped.update(done.skipped)
+    order = sorted(range(len(replay.indices)), key=replay.indices.__getitem__)
+    replay.indices = [replay.indices[k] for k in order]
+    replay.examples = [replay.examples[k] for k in order]
     skipped.update(replay.skipped)
     _warn_skipped(skipped, len(loaded.records))
     if not replay.examples:
@@ -187,6 +213,7 @@ def run_sft(
     from_random: int = 0,
     from_weak: int = 0,
     weak_skill: float = WEAK_SKILL,
+    from_world_model: int = 0,
     device: str = "cpu",
     quiet: bool = False,
 ) -> dict[str, Any]:
@@ -194,7 +221,9 @@ def run_sft(
     trained in place) on
     `data` (trajectories.jsonl paths or eval folders, and/or records) plus `from_solver`
     solver episodes, `from_random` random-policy episodes and `from_weak` weak-policy
-    episodes (`weak_skill` of its moves the solver's) of `env_id`, laid out as RL
+    episodes (`weak_skill` of its moves the solver's) and `from_world_model` random-policy
+    episodes whose turns think as a world model (needs `settings.think`) of `env_id`, laid
+    out as RL
     rollouts under `settings` (the RL run's `EpisodeSettings`; default: its defaults).
     Writes `out` (module docstring) and returns the summary written to
     `out/sft_summary.json`."""
@@ -204,6 +233,8 @@ def run_sft(
 
     started = time.perf_counter()
     settings = settings or EpisodeSettings()
+    if from_world_model:
+        check_world_model_think(settings.think)  # before any episode is played
     options = options or TrainOptions()
     log = console_logger("starpo.sft")
     say = (lambda _line: None) if quiet else log.info
@@ -216,6 +247,7 @@ def run_sft(
         from_random=from_random,
         from_weak=from_weak,
         weak_skill=weak_skill,
+        from_world_model=from_world_model,
     )
     validation_records = warn_validation_seeds(loaded.records)
     in_process = isinstance(model, tuple)
@@ -257,6 +289,7 @@ def run_sft(
             "from_random": from_random,
             "from_weak": from_weak,
             **({"weak_skill": weak_skill} if from_weak else {}),
+            **({"from_world_model": from_world_model} if from_world_model else {}),
             "validation_seed_records": validation_records,
             "train_examples": len(train_idx),
             "val_examples": len(val_idx),
