@@ -7,6 +7,9 @@ CPU, and show validation success before and after with 95% intervals.
     starpo demo --env sokoban   # the multi-turn recipe: base, SFT, SFT + StarPO-S
                             # (also frozenlake; see starpo.recipe)
     starpo demo --env sokoban --sft-episodes 400 --sft-epochs 5 --rl-minutes 30
+    starpo demo --env frozenlake --sft-from world-model   # SPA-style world-model SFT
+    starpo demo --env frozenlake --sft-from random --rft-rounds 1 --rft-seeds 128 \
+        --rft-samples 8                                   # + rejection-sampling FT
 """
 
 from __future__ import annotations
@@ -119,6 +122,11 @@ RECIPE_FLAGS = (
     "sft_from",
     "weak_skill",
     "rl_minutes",
+    "rft_rounds",
+    "rft_seeds",
+    "rft_samples",
+    "rft_epochs",
+    "rft_lr",
     "methods",
 )
 
@@ -169,8 +177,10 @@ def add_parser(sub: Any) -> None:
         default=None,
         choices=SFT_SOURCES,
         help="with --env: what SFT learns from: solver play (default), random play (a "
-        "format-only warm start: well-formed turns, no solving shown) or weak play (the "
-        "solver's move with probability --weak-skill, else a random one)",
+        "format-only warm start: well-formed turns, no solving shown), weak play (the "
+        "solver's move with probability --weak-skill, else a random one) or world-model "
+        "(random play whose think block reads the state back and predicts the next one; "
+        "turns thinking on: rollout.think=true rollout.max_new_tokens=128)",
     )
     parser.add_argument(
         "--weak-skill",
@@ -186,6 +196,44 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="with --env: the RL stage's budget of training minutes (trainer.max_minutes; "
         "validation excluded) instead of the preset's steps; --steps still caps it",
+    )
+    rft = parser.add_argument_group(
+        "rejection-sampling fine-tuning (with --env; between SFT and RL, off by default)"
+    )
+    rft.add_argument(
+        "--rft-rounds",
+        type=int,
+        default=None,
+        metavar="R",
+        help="rounds of RFT: sample from the newest model on training seeds, keep the "
+        "successful episodes, fine-tune on them; RL starts from the last round's model "
+        "(default 0: no RFT)",
+    )
+    rft.add_argument(
+        "--rft-seeds",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"training seeds a round samples on, after SFT's (default {recipe.rft_seeds})",
+    )
+    rft.add_argument(
+        "--rft-samples",
+        type=int,
+        default=None,
+        metavar="K",
+        help=f"episodes sampled a seed (default {recipe.rft_samples})",
+    )
+    rft.add_argument(
+        "--rft-epochs",
+        type=int,
+        default=None,
+        help=f"epochs over a round's kept episodes (default {recipe.rft_epochs})",
+    )
+    rft.add_argument(
+        "--rft-lr",
+        type=float,
+        default=None,
+        help=f"peak learning rate of a round (default {recipe.rft_lr:g})",
     )
     parser.add_argument(
         "--methods",

@@ -11,7 +11,7 @@ from starpo.defaults import WEAK_SKILL
 from starpo.errors import UserError
 
 #: What the SFT stage may learn from (`--sft-from`; see Recipe.sft_from).
-SFT_SOURCES = ("solver", "random", "weak")
+SFT_SOURCES = ("solver", "random", "weak", "world-model")
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,9 @@ class Recipe:
     # What SFT learns from: "solver" play, "random" play (a format-only warm start: the
     # turn format without being shown how to solve; `starpo sft --from-random`), or "weak"
     # play (the solver's move with probability weak_skill, else a random one; a weak warm
-    # start that leans towards good moves without solving; `starpo sft --from-weak`).
+    # start that leans towards good moves without solving; `starpo sft --from-weak`), or
+    # "world-model" (random play whose think blocks read the state back and predict the
+    # next one, SPA-style; `starpo sft --from-world-model`; turns thinking on).
     sft_from: str = "solver"
     weak_skill: float = WEAK_SKILL
     eval_seeds: int = 256  # validation seeds of every row (the issue's 256)
@@ -38,6 +40,15 @@ class Recipe:
     # names and problem types, an unseen policy clause); when set, the SFT and RL models are
     # also evaluated on it, on the same seeds: does what they learned carry over?
     heldout_kwargs: tuple[tuple[str, Any], ...] = ()
+    # Rejection-sampling fine-tuning between SFT and RL (`starpo.sft.rejection`): rounds
+    # (0: no RFT stage), training seeds a round, episodes sampled a seed, and the SFT run
+    # on the kept ones. The rate is half SFT's: the data is the model's own replies, a
+    # nudge towards those that worked rather than a new skill (reasoned, not measured).
+    rft_rounds: int = 0
+    rft_seeds: int = 128
+    rft_samples: int = 8
+    rft_epochs: int = 1
+    rft_lr: float = 1e-4
 
 
 # SFT lr 2e-4 for 3 epochs (46-69 AdamW steps of 8 dialogues, cosine): on Sokoban's 200
@@ -69,6 +80,11 @@ class RecipeChoices:
     sft_from: str | None = None
     weak_skill: float | None = None
     rl_minutes: float | None = None  # also turns the RL stage's steps into a minutes budget
+    rft_rounds: int | None = None
+    rft_seeds: int | None = None
+    rft_samples: int | None = None
+    rft_epochs: int | None = None
+    rft_lr: float | None = None
 
     def chosen(self) -> dict[str, Any]:
         """The values the caller set, by Recipe field."""

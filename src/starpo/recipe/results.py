@@ -19,14 +19,31 @@ def _number(value: float) -> str:
 def sft_label(recipe: Recipe) -> str:
     """E.g. "SFT (400 solver episodes, 5 epochs, lr 2e-4)", for a format-only warm start
     "SFT (256 random-policy episodes: format only, 2 epochs, lr 2e-4)", for a weak one
-    "SFT (256 weak-policy episodes: 50% solver moves, 2 epochs, lr 2e-4)"."""
+    "SFT (256 weak-policy episodes: 50% solver moves, 2 epochs, lr 2e-4)", for a world
+    model "SFT (256 random-policy episodes: world model, 2 epochs, lr 2e-4)"."""
     epochs = f"{recipe.sft_epochs} epoch{'s' * (recipe.sft_epochs != 1)}"
     played = "solver episodes"
     if recipe.sft_from == "random":
         played = "random-policy episodes: format only"
     elif recipe.sft_from == "weak":
         played = f"weak-policy episodes: {recipe.weak_skill:.0%} solver moves"
+    elif recipe.sft_from == "world-model":
+        played = "random-policy episodes: world model"
     return f"SFT ({recipe.sft_episodes} {played}, {epochs}, lr {_number(recipe.sft_lr)})"
+
+
+def rft_label(recipe: Recipe, rounds: list[dict[str, Any]]) -> str:
+    """E.g. "SFT + RFT (1 round of 128 seeds x 8 samples: 97 of 1024 kept, 1 epoch, lr
+    1e-4)": the rounds' sampling, what they kept in all, and their training."""
+    count = len(rounds)
+    sampled = sum(r.get("sampled", 0) for r in rounds)
+    kept = sum(r.get("kept", 0) for r in rounds)
+    epochs = f"{recipe.rft_epochs} epoch{'s' * (recipe.rft_epochs != 1)}"
+    return (
+        f"SFT + RFT ({count} round{'s' * (count != 1)} of {recipe.rft_seeds} seeds x "
+        f"{recipe.rft_samples} samples: {kept} of {sampled} kept, {epochs}, "
+        f"lr {_number(recipe.rft_lr)})"
+    )
 
 
 def rl_label(label: str, rl: dict[str, Any], budget: float | None) -> str:
@@ -88,11 +105,15 @@ def format_results(results: dict[str, Any]) -> str:
     for name, rl in rows.items():
         if not name.startswith("SFT + "):
             continue
-        # "SFT + GRPO" against "SFT", "SFT + GRPO (held-out)" against "SFT (held-out)".
-        method, cases = name[len("SFT + ") :], ""
+        # "SFT + GRPO" against "SFT", "SFT + GRPO (held-out)" against "SFT (held-out)";
+        # "SFT + RFT" against "SFT", and "SFT + RFT + GRPO" against the "SFT + RFT" it
+        # started from.
+        method, cases, start = name[len("SFT + ") :], "", "SFT"
         if method.endswith(held):
             method, cases = method[: -len(held)], held
-        sft = rows.get(f"SFT{cases}")
+        if method.startswith("RFT + "):
+            method, start = method[len("RFT + ") :], "SFT + RFT"
+        sft = rows.get(f"{start}{cases}")
         if sft is None:
             continue
         gain = rl["success"] - sft["success"]

@@ -9,7 +9,14 @@ not run again, so a stopped recipe resumes where it was):
 1. `base/`: the base model on the validation seeds.
 2. `sft/`: `starpo sft` on solver episodes from training seeds (never the validation
    seeds), laid out exactly as the RL run's rollouts (the preset's rollout section).
+   `--sft-from random|weak|world-model` learns from other play instead (world-model:
+   random play whose think blocks read the state back and predict the next one; it turns
+   thinking on, `WORLD_MODEL_OVERRIDES`).
 3. `sft-eval/`: the SFT model on the validation seeds.
+   With `--rft-rounds R`: `rft-1/` ... `rft-R/`, rejection-sampling fine-tuning
+   (`starpo.sft.rejection`): each round samples `--rft-samples` episodes on each of
+   `--rft-seeds` training seeds from the newest model, keeps the successes and fine-tunes
+   on them; `rft-eval/` scores the last one (row "SFT + RFT"), and RL starts from it.
 4. `rl-<method>/`: `starpo train` with the env's CPU preset (StarPO-S: top-25% groups by
    reward std, clip-higher, no KL) from the SFT model, once per method (`--methods`):
    `grpo` (the preset's), `gigpo` (step-level credit) or `ppo` (a critic, bi-level GAE).
@@ -58,10 +65,12 @@ from starpo.recipe.methods import (
 from starpo.recipe.results import (
     format_results,
     heldout_label,
+    rft_label,
     rl_label,
     sft_label,
     stage_minutes,
 )
+from starpo.recipe.rft import RFT_FLAGS, check_rft, rft_settings, round_summary, train_rft
 
 RESULTS_FILE = "results.json"
 
@@ -80,6 +89,7 @@ FLAGS = {
     "weak_skill": "--weak-skill",
     "eval_seeds": "--eval-seeds",
     "rl_minutes": "--rl-minutes",
+    **RFT_FLAGS,
     "rl_steps": "trainer.total_steps",
     "base_model": "model.name",
     "env_kwargs": "env.kwargs",
@@ -163,6 +173,12 @@ NO_CHOICES = RecipeChoices()
 
 QUICK = ["trainer.val_seeds=8", "trainer.total_steps=2", "trainer.val_every=0"]
 
+#: What `--sft-from world-model` sets in the preset before the caller's overrides: its
+#: turns think (the state and its successor are written in the think block), and a turn
+#: needs room for two renders of the board (a 6x6 Sokoban turn is 66 tokens, a 4x4
+#: FrozenLake one 49, with the default tokenizer).
+WORLD_MODEL_OVERRIDES = ("rollout.think=true", "rollout.max_new_tokens=128")
+
 
 def _check_count(flag: str, value: int | None) -> None:
     if value is not None and (isinstance(value, bool) or value < 1):
@@ -181,9 +197,13 @@ def configure(
     values win over `quick`'s, and its overrides (`--steps`) over `rl_minutes`' steps."""
     recipe = recipe_for(env_id)
     if quick:
-        recipe = replace(recipe, sft_episodes=16, sft_epochs=1, eval_seeds=8)
-    for name in ("eval_seeds", "sft_episodes", "sft_epochs"):
+        recipe = replace(
+            recipe, sft_episodes=16, sft_epochs=1, eval_seeds=8, rft_seeds=8, rft_samples=4
+        )
+    for name in ("eval_seeds", "sft_episodes", "sft_epochs", "rft_seeds", "rft_samples",
+                 "rft_epochs"):  # fmt: skip
         _check_count(FLAGS[name], getattr(choices, name))
+    check_rft(choices)
     if choices.sft_from is not None and choices.sft_from not in SFT_SOURCES:
         raise UserError(
             f"--sft-from must be one of {', '.join(SFT_SOURCES)}, got {choices.sft_from!r}"
@@ -201,7 +221,8 @@ def configure(
     budget = []
     if rl_minutes is not None:
         budget = [f"trainer.total_steps={BUDGETED_STEPS}", f"trainer.max_minutes={rl_minutes!r}"]
-    return recipe, [*(QUICK if quick else []), *budget, *overrides]
+    world = WORLD_MODEL_OVERRIDES if recipe.sft_from == "world-model" else ()
+    return recipe, [*(QUICK if quick else []), *budget, *world, *overrides]
 
 
 def sft_settings(recipe: Recipe, cfg: Any) -> dict[str, Any]:
@@ -359,21 +380,24 @@ def _kept_settings(folder: Path) -> dict[str, Any] | None:
     return (_kept_record(folder) or {}).get("settings")
 
 
-def train_sft(recipe: Recipe, cfg: Any, sft_dir: Path) -> dict[str, Any]:
-    """The SFT stage: `starpo sft` on solver (or random-policy: `recipe.sft_from`) episodes
-    of training seeds, laid out as the RL preset's rollouts, from `cfg.model.name` into
-    `sft_dir`."""
+def _sft_dtype(cfg: Any) -> str:
+    """SFT (and RFT) compute in the RL stage's dtype (auto: bf16 autocast where the CPU has
+    it)."""
     import torch
 
     from starpo.models.precision import compute_dtype
+
+    return "bf16" if compute_dtype(cfg.model.dtype, cfg.model.device) == torch.bfloat16 else "fp32"
+
+
+def train_sft(recipe: Recipe, cfg: Any, sft_dir: Path) -> dict[str, Any]:
+    """The SFT stage: `starpo sft` on solver (or random-policy, weak or world-model:
+    `recipe.sft_from`) episodes of training seeds, laid out as the RL preset's rollouts,
+    from `cfg.model.name` into `sft_dir`."""
     from starpo.sft import run_sft
     from starpo.sft.train import TrainOptions
 
-    # SFT computes in the RL stage's dtype (auto: bf16 autocast where the CPU has it).
-    mixed = compute_dtype(cfg.model.dtype, cfg.model.device) == torch.bfloat16
-    options = TrainOptions(
-        epochs=recipe.sft_epochs, lr=recipe.sft_lr, dtype="bf16" if mixed else "fp32"
-    )
+    options = TrainOptions(epochs=recipe.sft_epochs, lr=recipe.sft_lr, dtype=_sft_dtype(cfg))
     summary = run_sft(
         cfg.model.name,
         (),
@@ -383,6 +407,7 @@ def train_sft(recipe: Recipe, cfg: Any, sft_dir: Path) -> dict[str, Any]:
         from_solver=recipe.sft_episodes if recipe.sft_from == "solver" else 0,
         from_random=recipe.sft_episodes if recipe.sft_from == "random" else 0,
         from_weak=recipe.sft_episodes if recipe.sft_from == "weak" else 0,
+        from_world_model=recipe.sft_episodes if recipe.sft_from == "world-model" else 0,
         weak_skill=recipe.weak_skill,
         env_id=cfg.env.id,
         env_kwargs=dict(cfg.env.kwargs),
@@ -435,17 +460,30 @@ def run_recipe(
     asked = list(overrides)  # the caller's own, kept in results.json
     recipe, overrides = configure(env_id, choices, quick=quick, overrides=overrides)
     cfg = load_config(recipe.preset, overrides)
+    if recipe.sft_from == "world-model":
+        from starpo.sft.responses import check_world_model_think
+
+        check_world_model_think(cfg.rollout.think)  # a caller's rollout.think=false
     sft_dir = out / "sft"
     made = sft_settings(recipe, cfg)
     rl_cfgs, rl_made, rl_evals = {}, {}, {}
     held = ("heldout-eval",) if recipe.heldout_kwargs else ()
     wanted = {"sft": made, **{f"sft-{stage}": made for stage in ("eval", *held)}}
+    rft_made = {**made, **rft_settings(recipe)}
+    rft_folders = [f"rft-{r}" for r in range(1, recipe.rft_rounds + 1)]
+    rft_evals = [f"rft-{stage}" for stage in ("eval", *held)] if rft_folders else []
+    wanted.update(dict.fromkeys([*rft_folders, *rft_evals], rft_made))
+
+    def rl_config(name: str, start: str | Path) -> Any:
+        return load_config(
+            recipe.preset, [*overrides, *METHODS[name].overrides, f"model.name={start}"]
+        )
+
     for name in methods:
-        method_overrides = [*overrides, *METHODS[name].overrides, f"model.name={sft_dir}"]
-        rl_cfgs[name] = load_config(recipe.preset, method_overrides)
+        rl_cfgs[name] = rl_config(name, sft_dir)
         steps = rl_cfgs[name].trainer.total_steps
         rl_made[name] = {
-            **made, "rl_minutes": recipe.rl_minutes, "rl_steps": steps,
+            **rft_made, "rl_minutes": recipe.rl_minutes, "rl_steps": steps,
             **rl_settings(rl_cfgs[name]),
         }  # fmt: skip
         rl_evals[name] = [f"rl-{name}-{stage}" for stage in ("eval", *held)]
@@ -485,11 +523,22 @@ def run_recipe(
     rows["SFT"] = evaluation("SFT eval", "sft-eval", str(sft_dir), made=made)
     rows["SFT"]["label"] = sft_label(recipe)
     heldout_row("SFT", "SFT eval", "sft-heldout-eval", str(sft_dir), made)
+    start, rounds = str(sft_dir), []
+    for r, folder in enumerate(rft_folders, 1):
+        work = partial(train_rft, recipe, cfg, out / folder, start, r, _sft_dtype(cfg))
+        rounds.append(run_stage(out / folder, f"RFT {r}", work, rft_made))
+        start = rounds[-1]["model"]  # the next round samples from the newest model
+    if rft_folders:
+        rows["SFT + RFT"] = evaluation("RFT eval", "rft-eval", start, made=rft_made)
+        rows["SFT + RFT"]["label"] = rft_label(recipe, rounds)
+        heldout_row("SFT + RFT", "RFT eval", "rft-heldout-eval", start, rft_made)
     ran = {}
     for name in methods:
         rl_dir, label = out / f"rl-{name}", METHODS[name].label
+        rl_cfg = rl_cfgs[name] if start == str(sft_dir) else rl_config(name, start)
+        label = f"RFT + {label}" if rft_folders else label
         rl = run_stage(
-            rl_dir / "recipe", f"RL {name}", partial(train_rl, rl_cfgs[name], rl_dir), rl_made[name]
+            rl_dir / "recipe", f"RL {name}", partial(train_rl, rl_cfg, rl_dir), rl_made[name]
         )
         row = evaluation(
             f"RL {name} eval", f"rl-{name}-eval", str(rl_dir / "final"), made=rl_made[name]
@@ -510,8 +559,9 @@ def run_recipe(
         "preset": recipe.preset,
         "env_kwargs": dict(cfg.env.kwargs),
         "val_seed_start": cfg.trainer.val_seed_start,
-        "settings": {**made, "rl_minutes": recipe.rl_minutes, "methods": list(methods)},
+        "settings": {**rft_made, "rl_minutes": recipe.rl_minutes, "methods": list(methods)},
         "overrides": asked,
+        **({"rft_rounds": [round_summary(r) for r in rounds]} if rounds else {}),
         "rl_runs": ran,
         "rows": rows,
         "minutes": stage_minutes(out),
