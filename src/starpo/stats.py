@@ -1,8 +1,8 @@
 """The statistics of episodes and groups, as small pure functions (stdlib only).
 
 `starpo.evaluation.summary.summarise` (success interval, pass@k), the StarPO-S filter (in-group
-reward std) and the trainer's `rollout/zero_std_groups` all compute through this module,
-so each quantity has one definition.
+reward std), the trainer's `rollout/zero_std_groups` and `signal/*` metrics all compute
+through this module, so each quantity has one definition.
 """
 
 from __future__ import annotations
@@ -13,6 +13,12 @@ from collections.abc import Sequence
 #: A group whose reward std is below this earns the same reward in every rollout: under a
 #: group baseline it gives no learning signal (the tolerance absorbs float rounding).
 ZERO_STD = 1e-8
+
+#: Rewards closer than this, relative to the larger magnitude (at least 1), are equal: a
+#: float32 return of 0.8 computed two ways may differ in its last bit (1 ulp = 6e-8), and
+#: such a difference must not count as a learning signal. Real reward gaps are far wider
+#: (Sokoban's smallest is 0.1).
+EQUAL_REWARD_TOLERANCE = 1e-6
 
 
 def mean(values: Sequence[float]) -> float:
@@ -60,6 +66,42 @@ def sample_std(values: Sequence[float]) -> float:
         return 0.0
     centre = math.fsum(values) / n
     return math.sqrt(math.fsum((v - centre) ** 2 for v in values) / (n - 1))
+
+
+def rewards_equal(values: Sequence[float]) -> bool:
+    """Whether every value equals the others up to float rounding (`EQUAL_REWARD_TOLERANCE`
+    relative to the largest magnitude, at least 1); True for fewer than 2 values. The one
+    rule for "this group's rewards do not vary" (the filter, GRPO's baseline, the signal
+    metrics); `starpo.algorithms.advantages.constant_groups` is its tensor form."""
+    if len(values) < 2:
+        return True
+    top, bottom = max(values), min(values)
+    return top - bottom <= EQUAL_REWARD_TOLERANCE * max(1.0, abs(top), abs(bottom))
+
+
+def group_reward_std(values: Sequence[float]) -> float:
+    """A group's reward std as the filter ranks it: `sample_std`, and exactly 0.0 for a group
+    whose rewards are equal up to rounding (`rewards_equal`)."""
+    return 0.0 if rewards_equal(values) else sample_std(values)
+
+
+def group_signal(rewards: Sequence[Sequence[float]], solved: Sequence[Sequence[bool]]) -> dict:
+    """Where a step's learning signal is: each env group's rewards and successes ->
+    `informative_groups` (share whose rewards vary: the only groups GRPO learns from),
+    `all_failed_groups` (no rollout succeeded), `all_solved_groups` (every rollout did) and
+    `pass_rate` (the mean over groups of the share of rollouts that succeeded). A binary
+    reward's signal peaks at a pass rate of 1/2; with a shaped reward (Sokoban's step costs)
+    a group that failed throughout may still vary, so the shares need not sum to 1."""
+    if len(rewards) != len(solved):
+        raise ValueError(f"{len(rewards)} reward groups but {len(solved)} success groups")
+    count = len(rewards)
+    rates = [ratio(sum(map(bool, group)), len(group)) for group in solved]
+    return {
+        "informative_groups": ratio(sum(not rewards_equal(g) for g in rewards), count),
+        "all_failed_groups": ratio(sum(rate == 0.0 for rate in rates), count),
+        "all_solved_groups": ratio(sum(rate == 1.0 for rate in rates), count),
+        "pass_rate": mean(rates),
+    }
 
 
 def zero_std_share(group_std: Sequence[float]) -> float:

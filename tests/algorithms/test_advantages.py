@@ -16,6 +16,7 @@ from starpo.algorithms import (
     bi_level_gae,
     compute_advantages,
     gae_advantages,
+    group_normalise,
     grpo_advantages,
     masked_whiten,
     pad_turns,
@@ -301,3 +302,39 @@ def test_compute_advantages_errors(batch_factory):
     with pytest.raises(ValueError, match="group_ids"):
         compute_advantages("grpo", no_critic)
     assert set(ADVANTAGE_ESTIMATORS) == {"gae", "grpo", "bi_level_gae", "gigpo"}
+
+
+def _one_ulp_group() -> torch.Tensor:
+    """float32 returns [0.8, 0.8 + 1 ulp, 0.8]: equal up to rounding (GiGPO's step returns)."""
+    scores = torch.full((3,), 0.8, dtype=torch.float32)
+    scores[1] = torch.nextafter(scores[1], torch.tensor(1.0))
+    assert scores[1] != scores[0]
+    return scores
+
+
+def test_grpo_treats_rewards_equal_up_to_rounding_as_a_constant_group():
+    adv = grpo_advantages(_one_ulp_group(), torch.zeros(3, dtype=torch.long), torch.ones(3, 2))
+    # Before: [0, 0.057, 0], an ulp divided by std + eps.
+    assert torch.all(adv == 0.0)
+
+
+def test_group_normalise_keeps_real_small_reward_gaps():
+    # Sokoban's smallest reward gap (0.1) and a gap at 1e-4 of a reward of 10 still vary.
+    scores = torch.tensor([0.0, -0.1, 10.0, 10.001], dtype=torch.float32)
+    adv = group_normalise(scores, torch.tensor([0, 0, 1, 1]))
+    assert torch.all(adv.abs() > 0.5)
+
+
+def test_constant_groups_agrees_with_the_stats_rule():
+    from starpo.algorithms.advantages import constant_groups
+    from starpo.stats import rewards_equal
+
+    rng = random.Random(0)
+    groups = [[0.8, 0.8 + 6e-8, 0.8], [1.0, 1.0], [0.0, 1e-3], [10.0, 10.0 + 5e-6], [-3.0]]
+    groups += [[rng.choice([0.0, 0.5, 1.0]) for _ in range(4)] for _ in range(20)]
+    values = torch.tensor([v for g in groups for v in g], dtype=torch.float64)
+    ids = torch.tensor([i for i, g in enumerate(groups) for _ in g])
+    _, inverse = torch.unique(ids, return_inverse=True)
+    got = constant_groups(values, inverse, len(groups)).tolist()
+    assert got == [rewards_equal(g) for g in groups]
+    assert got[:5] == [True, True, False, True, True]

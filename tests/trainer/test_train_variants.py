@@ -158,6 +158,9 @@ def test_a_step_whose_groups_all_earn_one_reward_trains_on_nothing_without_zero_
     history = trainer.train()
     assert [h["rollout/kept_groups"] for h in history] == [0, 0]
     assert all(h["rollout/zero_std_groups"] == 1.0 for h in history)
+    # The signal metrics say the same: no group informative (success, which arm was
+    # picked, may still vary: it is not the reward here).
+    assert all(h["signal/informative_groups"] == 0.0 for h in history)
     assert not any(k.startswith("actor/") for h in history for k in h)  # no update ran
     after = dict(trainer.models.actor.named_parameters())
     assert all(torch.equal(after[n], p) for n, p in before.items())

@@ -16,8 +16,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from starpo.stats import EQUAL_REWARD_TOLERANCE
+
 __all__ = [
     "bi_level_gae",
+    "constant_groups",
     "gae_advantages",
     "gigpo_advantages",
     "grpo_advantages",
@@ -72,8 +75,9 @@ def group_normalise(
 ) -> Tensor:
     """(N,) values -> (x - mean_g) / (std_g + eps) within each group g of equal `group_ids`
     (norm_by_std=False: x - mean_g). std_g is the unbiased sample std (Bessel's correction,
-    torch.std's default, as in RAGEN/verl). A group whose values are all equal, including a
-    group of one, gets exactly 0 (not NaN and not a rounding residue divided by eps)."""
+    torch.std's default, as in RAGEN/verl). A group whose values are all equal up to float
+    rounding (`constant_groups`), including a group of one, gets exactly 0 (not NaN and not
+    a rounding residue divided by eps)."""
     _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
     n_groups = counts.numel()
     counts = counts.to(values.dtype)  # (G,)
@@ -81,12 +85,21 @@ def group_normalise(
     dev = values - mean[inverse]  # (N,)
     sum_sq = values.new_zeros(n_groups).index_add_(0, inverse, dev * dev)  # (G,)
     std = (sum_sq / (counts - 1).clamp(min=1)).sqrt()  # (G,)
-    # Constant groups are detected exactly with max == min, not with std == 0, because a
-    # float mean of equal values can differ from them in the last bit.
+    out = dev / (std[inverse] + eps) if norm_by_std else dev  # (N,)
+    constant = constant_groups(values, inverse, n_groups)  # (G,)
+    return torch.where(constant[inverse], values.new_zeros(()), out)
+
+
+def constant_groups(values: Tensor, inverse: Tensor, n_groups: int) -> Tensor:
+    """(G,) bool: whether group g's values are equal up to float rounding (max - min within
+    `starpo.stats.EQUAL_REWARD_TOLERANCE` of the larger magnitude, at least 1): the tensor
+    form of `starpo.stats.rewards_equal`. Not std == 0: a float mean of equal values can
+    differ from them in the last bit, and returns computed two ways (GiGPO's step returns)
+    differ by an ulp, which divided by std + eps would become an advantage of ~0.06."""
     gmax = values.new_full((n_groups,), -torch.inf).scatter_reduce(0, inverse, values, "amax")
     gmin = values.new_full((n_groups,), torch.inf).scatter_reduce(0, inverse, values, "amin")
-    out = dev / (std[inverse] + eps) if norm_by_std else dev  # (N,)
-    return torch.where((gmax == gmin)[inverse], values.new_zeros(()), out)
+    scale = torch.maximum(gmax.abs(), gmin.abs()).clamp(min=1.0)  # (G,)
+    return (gmax - gmin) <= EQUAL_REWARD_TOLERANCE * scale
 
 
 @torch.no_grad()

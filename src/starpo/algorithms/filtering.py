@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from starpo.registry import FILTER_MODES
-from starpo.stats import ZERO_STD, sample_std, zero_std_share
+from starpo.stats import ZERO_STD, group_reward_std, zero_std_share
 
 #: How `FilterRule.rule` keeps groups (RAGEN-2's rollout_filter_strategy).
 RULES = ("ratio", "top_k", "top_p", "min_p")
@@ -137,7 +137,7 @@ def filter_groups(
     groups = [[float(r) for r in rewards] for rewards in group_rewards]
     if not groups or any(len(g) == 0 for g in groups):
         raise ValueError("filter_groups needs at least one group and one reward per group")
-    group_std = [sample_std(g) for g in groups]
+    group_std = [group_reward_std(g) for g in groups]
     kept = choose_groups(group_std, rule)
     return FilterResult(
         kept=kept,

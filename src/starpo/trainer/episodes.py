@@ -10,6 +10,7 @@ from typing import Any
 from starpo.algorithms.filtering import FilterRule, filter_groups, group_weights, loss_scale
 from starpo.errors import UserError
 from starpo.evaluation.model import ModelEvalResult
+from starpo.stats import group_signal
 from starpo.types import Trajectory, by_group
 
 
@@ -27,6 +28,15 @@ def rollout_metrics(prefix: str, result: ModelEvalResult) -> dict[str, float]:
 def group_rewards(trajectories: list[Trajectory]) -> list[list[float]]:
     """Training rewards per env group, in group order (`by_group`)."""
     return [[t.reward for t in group] for group in by_group(trajectories).values()]
+
+
+def signal_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
+    """`signal/*`: where the step's learning signal is (`starpo.stats.group_signal`: the
+    share of informative, all-failed and all-solved groups, and the mean group pass rate)."""
+    groups = list(by_group(trajectories).values())
+    rewards = [[t.reward for t in group] for group in groups]
+    solved = [[t.success for t in group] for group in groups]
+    return {f"signal/{k}": v for k, v in group_signal(rewards, solved).items()}
 
 
 def check_env_errors(trajectories: list[Trajectory], max_share: float, step: int) -> int:
@@ -108,6 +118,7 @@ def keep_uncertain_groups(trajectories: list[Trajectory], filtering: Any) -> Kep
         "rollout/zero_std_groups": result.zero_std_groups,
         "rollout/kept_groups": len(kept),
         "rollout/kept_trajectories": len(chosen),
+        **signal_metrics(usable),
     }
     weights = [1.0] * len(chosen)
     if filtering.soft_reweight:

@@ -337,6 +337,9 @@ def training_line_keys(env_id: str, validation_id: str, budgeted: bool) -> dict[
         "optimal_actions": f"{train}/optimal_action_rate",
         "entropy": "actor/entropy",
         "grad_norm": "actor/grad_norm",
+        # where the learning signal is: groups whose rewards vary, and the mean pass rate
+        "informative": "signal/informative_groups",
+        "pass_rate": "signal/pass_rate",
         "val_success": f"{val}/success",
     }
     if budgeted:

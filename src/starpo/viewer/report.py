@@ -73,11 +73,23 @@ PANELS: tuple[Panel, ...] = (
 
 
 #: Panels of metrics a run logs only when a setting or its env turns them on: drawn only
-#: for runs that have them. The share of moves an optimal policy could make (envs whose
+#: for runs that have them (runs made before a metric existed lack it). Where the learning
+#: signal is (`signal/*`: groups whose rewards vary, all failed, all solved, and the pass
+#: rate). The share of moves an optimal policy could make (envs whose
 #: solver judges moves, `TextEnv.good_actions`); RAGEN-2's template-collapse probe
 #: (diagnostics.mi_every): retrieval accuracy against its chance level, and the
 #: input-reply mutual information.
 OPTIONAL_PANELS: tuple[Panel, ...] = (
+    Panel(
+        "signal",
+        "Learning signal: env groups",
+        (
+            ("informative", "signal/informative_groups"),
+            ("all failed", "signal/all_failed_groups"),
+            ("all solved", "signal/all_solved_groups"),
+            ("pass rate", "signal/pass_rate"),
+        ),
+    ),
     Panel(
         "optimal_actions",
         "Moves an optimal policy could make",
