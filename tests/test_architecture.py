@@ -174,7 +174,8 @@ def test_no_module_is_too_long_to_read():
 LAYERS = {
     "foundations": ("errors", "defaults", "types", "stats", "timing", "logs", "runs"),
     "names and settings": ("registry", "config"),
-    "environments": ("envs", "evaluation.scripted", "evaluation.summary"),
+    "environments": ("envs", "evaluation.scripted", "evaluation.summary",
+                     "evaluation.world_model"),
     "models and math": ("models", "algorithms", "compute"),
     "rollout": ("rollout",),
     "evaluation": ("evaluation",),
