@@ -606,6 +606,7 @@ def test_help_lists_every_field_with_its_help_and_default():
         "algorithm",
         "rollout",
         "diagnostics",
+        "curriculum",
     ],
 )
 def test_config_module_imports_no_torch(module):
@@ -626,6 +627,7 @@ def test_config_module_imports_no_torch(module):
         "starpo.config.fields",  # field helpers, the section base, one-line errors
         "starpo.config.files",  # YAML files, base:, presets, overrides, help rows
         "starpo.config.diagnostics",  # the diagnostics section, beside its detector
+        "starpo.config.curriculum",  # the pass-rate curriculum's section
     }
     assert {m for m in imported if m.split(".")[0] not in allowed and m not in allowed} == set()
     code = f"import sys, starpo.{name}; assert 'torch' not in sys.modules; print('clean')"

@@ -140,6 +140,9 @@ class Trajectory:
     # seconds. None for in-process rollouts and older records.
     usage: dict[str, int] | None = None
     wall_s: float | None = None
+    # Where the episode began when a curriculum started it part-way (the env's reset option
+    # "start", a `TextEnv.start_state()` value); None = the seed's own start, the full task.
+    start: Any = None
 
     @property
     def reward(self) -> float:

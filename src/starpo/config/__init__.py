@@ -24,6 +24,7 @@ from typing import Any
 
 import starpo.config.files as config_files
 from starpo.config.algorithm import AlgorithmConfig, FilterConfig, OptimConfig
+from starpo.config.curriculum import CurriculumConfig
 from starpo.config.diagnostics import DiagnosticsConfig
 from starpo.config.fields import ConfigSection, config_root, plain, validated
 from starpo.config.fields import config_field as _f
@@ -232,6 +233,9 @@ class TrainConfig(ConfigSection):
     env: EnvConfig = _section(EnvConfig, "the environment")
     rollout: RolloutConfig = _section(RolloutConfig, "rollout stage: groups, limits, sampling")
     filter: FilterConfig = _section(FilterConfig, "StarPO-S uncertainty filtering")
+    curriculum: CurriculumConfig = _section(
+        CurriculumConfig, "pass-rate control: episodes that start part-way"
+    )
     algorithm: AlgorithmConfig = _section(AlgorithmConfig, "advantages and losses")
     optim: OptimConfig = _section(OptimConfig, "optimizer and batching")
     trainer: TrainerConfig = _section(TrainerConfig, "loop, validation, checkpoints, logging")

@@ -109,6 +109,7 @@ class RolloutWorker:
         group_size: int,
         env_kwargs: dict[str, Any],
         seed: int,
+        starts: list[Any] | None = None,
     ) -> list[Trajectory]:
         """Play the chunk (the pool times the parallel run itself, wall clock)."""
         from starpo.envs.registry import register
@@ -120,7 +121,7 @@ class RolloutWorker:
             self.engines[settings] = RolloutEngine(self.backend, self.tokenizer, settings)
         engine = self.engines[settings]
         self.backend.seed(seed)
-        return engine.run(env_id, seeds, group_size, env_kwargs=env_kwargs)
+        return engine.run(env_id, seeds, group_size, env_kwargs=env_kwargs, starts=starts)
 
 
 @dataclass
@@ -261,9 +262,11 @@ class RolloutPool:
         seeds: list[int],
         group_size: int,
         env_kwargs: dict[str, Any],
+        starts: list[Any] | None = None,
     ) -> tuple[list[Trajectory], float]:
-        """Play every seed's group across the workers; trajectories in group order, and the
-        wall-clock seconds of the parallel generation."""
+        """Play every seed's group across the workers (from `starts` where given, see
+        `EpisodePlayer.run`); trajectories in group order, and the wall-clock seconds of
+        the parallel generation."""
         ray = import_ray()
         from starpo.envs.registry import spec
 
@@ -289,6 +292,7 @@ class RolloutPool:
                     group_size,
                     env_kwargs,
                     chunk_seed(self._step_seed, groups.start),
+                    None if starts is None else [starts[g] for g in groups],
                 )
             pending = []
             for chunk, future in futures.items():
@@ -326,10 +330,11 @@ class PoolEngine:
         *,
         env_kwargs: dict[str, Any] | None = None,
         on_turn: Callable[[int], None] | None = None,
+        starts: list[Any] | None = None,
     ) -> list[Trajectory]:
         """`on_turn` is called once, after the last turn: turns run inside the workers."""
         trajectories, seconds = self.pool.run(
-            self.settings, env_id, seeds, group_size, env_kwargs or {}
+            self.settings, env_id, seeds, group_size, env_kwargs or {}, starts
         )
         self.generation_seconds += seconds
         if on_turn is not None:

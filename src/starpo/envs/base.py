@@ -158,6 +158,23 @@ class TextEnv(ABC):
         offers no rationale, e.g. for a move its solver would not make."""
         return None
 
+    # ------------------------------------------------------- optional start-state hooks
+    # An env that implements both may start an episode part-way through its task: the
+    # pass-rate curriculum (`curriculum.*`) starts episodes k moves before a solution's end.
+    def start_state(self) -> Any:
+        """The current position as a JSON value (lists, dicts, numbers) that
+        `reset(seed=..., options={"start": value})` starts from on the same seed's task,
+        shown as a fresh first observation."""
+        raise NotImplementedError(f"{type(self).__name__} cannot start part-way")
+
+    def _start_at(self, state: Any) -> None:
+        """Move the freshly reset task to `state` (a `start_state()` value); a UserError
+        naming the problem when `state` is not a legal position of this task."""
+        raise UserError(
+            f"{type(self).__name__} cannot start part-way (reset option 'start'); "
+            "turn curriculum.enabled off for this env"
+        )
+
     # ------------------------------------------------------------------- public API
     @property
     def free_text(self) -> bool:
@@ -176,12 +193,18 @@ class TextEnv(ABC):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
-        """Start an episode. A seed re-creates the env's generator, as in Gymnasium."""
+        """Start an episode. A seed re-creates the env's generator, as in Gymnasium.
+        `options={"start": state}` (envs with start states) plays the seed's task from
+        `state`, a value `start_state()` returned, instead of its own start."""
         if seed is not None:
             self.np_random = np.random.default_rng(seed)
         self.num_steps = 0
         self._done = False
-        extra = self._reset(dict(options or {}))
+        options = dict(options or {})
+        start = options.pop("start", None)
+        extra = self._reset(options)
+        if start is not None:  # after _reset: the seed's task is drawn exactly as without it
+            self._start_at(start)
         info = {"success": self.is_success(), "steps_left": self.steps_left, **extra}
         return self.render(), info
 

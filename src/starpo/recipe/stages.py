@@ -101,7 +101,7 @@ FLAGS = {
 LATER_KEYS = ("base_model", "env_kwargs", "layout")
 #: The RL run's settings its stages record as dotted config keys (`rl_settings`): whole
 #: sections, and the trainer's that change what it learns or how it is scored.
-RL_SECTIONS = ("rollout", "filter", "algorithm", "optim")
+RL_SECTIONS = ("rollout", "filter", "curriculum", "algorithm", "optim")
 RL_TRAINER_KEYS = ("seed", "on_collapse", "stop_at_success", "val_temperature")
 #: Not recorded: they change speed, not the result (the update does not depend on the
 #: micro-batch size; bf16 or fp32 is the machine's choice under `auto`).

@@ -49,9 +49,12 @@ class EpisodePlayer(Protocol):
         *,
         env_kwargs: dict[str, Any] | None = None,
         on_turn: Callable[[int], None] | None = None,
+        starts: list[Any] | None = None,
     ) -> list[Trajectory]:
         """Play `group_size` episodes from each seed (one env group per seed), in group
-        order; `on_turn(turn)` after each turn (or once, where turns run elsewhere)."""
+        order; `on_turn(turn)` after each turn (or once, where turns run elsewhere);
+        `starts`: per seed, a start state to begin from (the env's reset option "start";
+        None: the seed's own start)."""
         ...
 
 
@@ -164,9 +167,11 @@ class RolloutEngine:
         *,
         env_kwargs: dict[str, Any] | None = None,
         on_turn: Callable[[int], None] | None = None,
+        starts: list[Any] | None = None,
     ) -> list[Trajectory]:
-        """Play `group_size` episodes from each seed (one env group per seed)."""
-        episodes = self._start(env_id, seeds, group_size, env_kwargs or {})
+        """Play `group_size` episodes from each seed (one env group per seed), from the
+        seed's start or, where `starts` gives one, from that start state."""
+        episodes = self._start(env_id, seeds, group_size, env_kwargs or {}, starts)
         try:
             self.use_env(episodes[0].env if episodes else None)
             return self._play_turns(episodes, on_turn)
@@ -243,18 +248,26 @@ class RolloutEngine:
 
     # ------------------------------------------------------------------------ steps
     def _start(
-        self, env_id: str, seeds: list[int], group_size: int, env_kwargs: dict[str, Any]
+        self,
+        env_id: str,
+        seeds: list[int],
+        group_size: int,
+        env_kwargs: dict[str, Any],
+        starts: list[Any] | None = None,
     ) -> list[_Episode]:
         episodes = []
         limit = self.settings.env_timeout_s
+        if starts is not None and len(starts) != len(seeds):
+            raise ValueError(f"{len(starts)} starts for {len(seeds)} seeds")
         for group, seed in enumerate(seeds):
+            start = None if starts is None else starts[group]
+            options = None if start is None else {"start": start}
             for _ in range(group_size):
                 env = make(env_id, **env_kwargs)
-                trajectory = Trajectory(env_id=env_id, seed=seed, group=group)
+                trajectory = Trajectory(env_id=env_id, seed=seed, group=group, start=start)
+                reset = partial(env.reset, seed=seed, options=options)
                 try:
-                    (state, _), key = call_env(
-                        "reset", partial(_keyed, env, partial(env.reset, seed=seed)), limit
-                    )
+                    (state, _), key = call_env("reset", partial(_keyed, env, reset), limit)
                 except EnvFault as fault:
                     trajectory.error = str(fault)
                     state, key = "", ""

@@ -11,6 +11,7 @@ from starpo.algorithms.filtering import FilterRule, filter_groups, group_weights
 from starpo.errors import UserError
 from starpo.evaluation.model import ModelEvalResult
 from starpo.stats import group_signal
+from starpo.trainer.curriculum import GroupStart
 from starpo.types import Trajectory, by_group
 
 
@@ -60,14 +61,25 @@ def check_env_errors(trajectories: list[Trajectory], max_share: float, step: int
     return len(errors)
 
 
-def play_step(engine: Any, cfg: Any, step: int) -> tuple[list[Trajectory], dict[str, float]]:
-    """Play training step `step`'s env groups (fresh seeds: rollout.train_seed_start on,
-    num_groups a step) with `engine`; the episodes and their metrics (env errors included,
-    which stop the run past env.max_error_share)."""
+def step_seeds(cfg: Any, step: int) -> list[int]:
+    """Training step `step`'s fresh seeds: rollout.train_seed_start on, num_groups a step."""
     first_seed = cfg.rollout.train_seed_start + (step - 1) * cfg.rollout.num_groups
-    seeds = list(range(first_seed, first_seed + cfg.rollout.num_groups))
+    return list(range(first_seed, first_seed + cfg.rollout.num_groups))
+
+
+def play_step(
+    engine: Any, cfg: Any, step: int, starts: list[GroupStart] | None = None
+) -> tuple[list[Trajectory], dict[str, float]]:
+    """Play training step `step`'s env groups with `engine`: its fresh seeds
+    (`step_seeds`), or where the curriculum planned them, each group's seed and start; the
+    episodes and their metrics (env errors included, which stop the run past
+    env.max_error_share)."""
+    seeds = step_seeds(cfg, step) if starts is None else [g.seed for g in starts]
+    where = None if starts is None else [g.start for g in starts]
     generating = engine.generation_seconds
-    trajectories = engine.run(cfg.env.id, seeds, cfg.rollout.group_size, env_kwargs=cfg.env.kwargs)
+    trajectories = engine.run(
+        cfg.env.id, seeds, cfg.rollout.group_size, env_kwargs=cfg.env.kwargs, starts=where
+    )
     generating = engine.generation_seconds - generating
     metrics = rollout_metrics(f"train/{cfg.env.id}", ModelEvalResult(trajectories, generating))
     metrics["rollout/env_errors"] = check_env_errors(trajectories, cfg.env.max_error_share, step)

@@ -7,6 +7,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from starpo.compute.batch import TrainBatch, build_batch
@@ -37,7 +38,15 @@ from starpo.trainer.checkpoints.store import (
     restore_rng_state,
 )
 from starpo.trainer.collapse import CollapseGuard
-from starpo.trainer.episodes import KeptGroups, keep_uncertain_groups, play_step, rollout_metrics
+from starpo.trainer.curriculum import Curriculum
+from starpo.trainer.episodes import (
+    KeptGroups,
+    keep_uncertain_groups,
+    play_step,
+    rollout_metrics,
+    signal_metrics,
+    step_seeds,
+)
 from starpo.trainer.mi_probe import mi_probe
 from starpo.trainer.optim import Optimizers, build_optimizers
 from starpo.trainer.prepare import old_logprobs_recomputed, prepare
@@ -113,6 +122,10 @@ class Trainer:
         self.memory = ResponseMemory()
         self.recent_step_seconds: deque[float] = deque(maxlen=5)  # the progress line's estimate
         self.guard = CollapseGuard(cfg.diagnostics, self.run_dir, self.say, resume=resume)
+        self.curriculum = None
+        if cfg.curriculum.enabled:  # where episodes start: before resume restores its state
+            budget = cfg.rollout.max_actions_per_traj
+            self.curriculum = Curriculum(cfg.curriculum, cfg.env.id, cfg.env.kwargs, budget)
         stop_at, success_key = cfg.trainer.stop_at_success, f"val/{cfg.env.validation_id}/success"
         self.budget = TrainingBudget(cfg.trainer.max_minutes, 0.0, stop_at, success_key)
         if resume:
@@ -276,9 +289,18 @@ class Trainer:
         return {**metrics, **timer.metrics()}
 
     def rollout(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
-        """Play this step's env groups (fresh seeds) with the current policy."""
+        """Play this step's env groups (fresh seeds; with the curriculum, from the starts it
+        planned, after which its controller moves) with the current policy."""
         self.backend.seed(self._seed(step, 1))
-        trajectories, metrics = play_step(self.workers.train_engine, self.cfg, step)
+        starts = None
+        if self.curriculum is not None:
+            plan_rng = np.random.default_rng(self._seed(step, 5))
+            starts = self.curriculum.plan(step_seeds(self.cfg, step), plan_rng)
+        trajectories, metrics = play_step(self.workers.train_engine, self.cfg, step, starts)
+        if self.curriculum is not None:
+            kept = [t for t in trajectories if t.error is None]
+            pass_rate = signal_metrics(kept)["signal/pass_rate"]
+            metrics.update(self.curriculum.observe(starts, trajectories, pass_rate))
         metrics.update(echo_trap_metrics(trajectories, self.memory))
         self.memory.add(trajectories)
         if self.pool is not None:
@@ -368,6 +390,7 @@ class Trainer:
             memory=self.memory.state_dict(),
             consecutive_skips=self.skips.consecutive,
             used_minutes=self.budget.used_minutes,
+            curriculum=None if self.curriculum is None else self.curriculum.state_dict(),
         )
 
     def save(self, step: int, healthy: bool = True) -> Path:
@@ -410,6 +433,8 @@ class Trainer:
         diagnostics = state.get("diagnostics") or {}
         if diagnostics:
             self.memory.load_state_dict(diagnostics["memory"])
+        if self.curriculum is not None and trainer_state.get("curriculum") is not None:
+            self.curriculum.load_state_dict(trainer_state["curriculum"])
         guard = {**diagnostics, "runtime_config": trainer_state.get("runtime_config")}
         apply_changes(self.cfg, self.guard.load_state_dict(guard, self.start_step))
         self.say(f"resumed from step {self.start_step}")

@@ -222,6 +222,26 @@ class FrozenLakeEnv(TextEnv):
         holes = ", ".join(str(cell) for cell in cells if rows[cell[0]][cell[1]] == HOLE)
         return f"Player at {tuple(self.position)}; goal at {goal}; holes at {holes or 'none'}."
 
+    def start_state(self) -> list[int]:
+        """The player's cell, [row, column]: with the map (drawn from the seed) all there is."""
+        return [int(self.position[0]), int(self.position[1])]
+
+    def _start_at(self, state: Any) -> None:
+        rows = self._rows()
+        ok = (
+            isinstance(state, (list, tuple))
+            and len(state) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in state)
+            and 0 <= state[0] < len(rows)
+            and 0 <= state[1] < len(rows[0])
+        )
+        if not ok or rows[state[0]][state[1]] in (HOLE, GOAL):
+            raise UserError(
+                f"FrozenLake start {state!r} is not a [row, column] of a frozen tile on this "
+                f"{len(rows)}x{len(rows[0])} map; pass a value start_state() returned"
+            )
+        self.position = (state[0], state[1])
+
     def snapshot(self) -> FrozenLakeState:
         """Map, player position and terminal flags (hashable, comparable)."""
         tile = self._tile()

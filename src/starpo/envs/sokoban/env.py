@@ -217,6 +217,40 @@ class SokobanEnv(TextEnv):
             rows[r][c] = symbols["player_on_target" if (r, c) in targets else "player"]
         return rows
 
+    def start_state(self) -> dict[str, Any]:
+        """The player's and the boxes' cells (walls and targets come from the seed)."""
+        return {
+            "player": [int(v) for v in self.player],
+            "boxes": sorted([int(r), int(c)] for r, c in self.boxes),
+        }
+
+    def _start_at(self, state: Any) -> None:
+        level = self.current_level()
+        try:
+            player = _cell(state["player"])
+            boxes = frozenset(_cell(box) for box in state["boxes"])
+        except (TypeError, KeyError, ValueError):
+            player, boxes = None, frozenset()
+        free = {
+            (r, c)
+            for r in range(level.shape[0])
+            for c in range(level.shape[1])
+            if (r, c) not in level.walls
+        }
+        if (
+            player is None
+            or len(boxes) != len(level.boxes)
+            or not boxes <= free
+            or player not in free - boxes
+            or boxes <= level.targets
+        ):
+            raise UserError(
+                f"Sokoban start {state!r} is not an unsolved position of this level "
+                f"({len(level.boxes)} box(es), off the walls, the player off the boxes); pass "
+                "a value start_state() returned"
+            )
+        self.boxes, self.player = boxes, player
+
     def snapshot(self) -> SokobanState:
         if self.level is None:
             return SokobanState(frozenset(), frozenset(), self.boxes, self.player)
@@ -384,6 +418,17 @@ def _count(n: int, noun: str) -> str:
 
 
 # ------------------------------------------------------------------------ validation
+def _cell(value: Any) -> Cell:
+    """A [row, column] pair of ints as a cell; ValueError otherwise."""
+    if (
+        not isinstance(value, (list, tuple))
+        or len(value) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
+        raise ValueError(f"not a [row, column] cell: {value!r}")
+    return (value[0], value[1])
+
+
 def _checked_int(name: str, value: Any, minimum: int, maximum: int = MAX_GENERATION_STEPS) -> int:
     if (
         isinstance(value, bool)

@@ -28,10 +28,12 @@ def checkpoint_contents(
     memory: dict[str, Any],
     consecutive_skips: int,
     used_minutes: float,
+    curriculum: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The state a checkpoint of `step` holds (no AdamW moments with
     trainer.checkpoint_contents=weights). `guard`: `CollapseGuard.state_dict()`; `memory`:
-    the Echo-Trap response memory's state. Live tensors and objects, not copies: a
+    the Echo-Trap response memory's state; `curriculum`: the pass-rate controller's k and
+    buffer (`Curriculum.state_dict()`, None without one). Live tensors and objects, not copies: a
     synchronous save writes them before the next update, an async one snapshots them."""
     critic = models.critic
     state = {
@@ -51,6 +53,7 @@ def checkpoint_contents(
             "runtime_config": guard["runtime_config"],  # changed by a rollback
             "consecutive_skips": consecutive_skips,
             STATE_KEY: used_minutes,  # trainer.max_minutes counts across resumes
+            "curriculum": curriculum,
         },
     }
     if cfg.trainer.checkpoint_contents == "weights":
