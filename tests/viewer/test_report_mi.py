@@ -88,3 +88,33 @@ def test_a_run_whose_env_judges_moves_gets_the_optimal_moves_panel(tmp_path):
         "train",
         "val",
     ]
+
+
+def test_a_curriculum_run_gets_the_signal_and_controller_panels(tmp_path):
+    run = tmp_path / "curriculum"
+    run.mkdir()
+    records = [
+        {
+            "step": s,
+            "signal/informative_groups": 0.5,
+            "signal/all_failed_groups": 0.25,
+            "signal/all_solved_groups": 0.25,
+            "signal/pass_rate": 0.4 + s / 50,
+            "curriculum/moves": 1.0 + s / 2,
+            "curriculum/mean_start_moves": 1.0 + s / 2,
+            "curriculum/target": 0.5,
+        }
+        for s in range(1, 6)
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    names = {p.name for p in write_report([run])}
+    assert {"signal.png", "curriculum.png", "curriculum_pass_rate.png"} <= names
+    panels = run_panels([load_run(run)])
+    assert panels == (
+        *PANELS,
+        *(_panel(n) for n in ("signal", "curriculum", "curriculum_pass_rate")),
+    )
+    assert panel_series(load_run(run), _panel("curriculum_pass_rate")) == [
+        ("pass rate", "signal/pass_rate"),
+        ("target", "curriculum/target"),
+    ]

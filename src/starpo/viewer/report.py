@@ -75,7 +75,8 @@ PANELS: tuple[Panel, ...] = (
 #: Panels of metrics a run logs only when a setting or its env turns them on: drawn only
 #: for runs that have them (runs made before a metric existed lack it). Where the learning
 #: signal is (`signal/*`: groups whose rewards vary, all failed, all solved, and the pass
-#: rate). The share of moves an optimal policy could make (envs whose
+#: rate); the pass-rate controller's k (`curriculum.*`) and its pass rate against the target.
+#: The share of moves an optimal policy could make (envs whose
 #: solver judges moves, `TextEnv.good_actions`); RAGEN-2's template-collapse probe
 #: (diagnostics.mi_every): retrieval accuracy against its chance level, and the
 #: input-reply mutual information.
@@ -89,6 +90,19 @@ OPTIONAL_PANELS: tuple[Panel, ...] = (
             ("all solved", "signal/all_solved_groups"),
             ("pass rate", "signal/pass_rate"),
         ),
+    ),
+    Panel(
+        "curriculum",
+        "Pass-rate control: k moves before the end",
+        (
+            ("k (moves)", "curriculum/moves"),
+            ("mean start moves", "curriculum/mean_start_moves"),
+        ),
+    ),
+    Panel(
+        "curriculum_pass_rate",
+        "Pass-rate control: pass rate and its target",
+        (("pass rate", "signal/pass_rate"), ("target", "curriculum/target")),
     ),
     Panel(
         "optimal_actions",
