@@ -1,0 +1,30 @@
+#!/bin/bash
+# Issue 62, section 5's ablation on FrozenLake 4x4 non-slippery at an equal budget (30 GRPO
+# steps of 8 maps x 8, the settings of docs/results/cpu-frozenlake-curriculum/run.sh):
+#   ARM=plain        GRPO from the format-only start, no lever
+#   ARM=rft          + rejection-sampling fine-tuning (1 round: 128 training seeds x 8)
+#   ARM=world-model  SFT on random play with the state read back and the next one predicted
+#                    in the think block (thinks, so every turn is ~12x longer to decode)
+#   ARM=all          world-model start + RFT + pass-rate control
+# (+ pass-rate control alone is the curriculum run's folder.) Each arm's folder is
+# runs/fl-levers-$ARM-s$SEED; rerun to resume. For plain and rft, link the curriculum run's
+# sft/ and sft-eval/ into the folder first to reuse its format-only SFT stage:
+#   mkdir -p runs/fl-levers-rft-s1 && ln -s ../fl-curriculum-s1/sft runs/fl-levers-rft-s1/sft
+#   ln -s ../fl-curriculum-s1/sft-eval runs/fl-levers-rft-s1/sft-eval
+cd "$(dirname "$0")/../../.."  # the repository root
+ARM=${ARM:?set ARM=plain, rft, world-model or all}
+SEED=${SEED:-1}
+case "$ARM" in
+  plain) LEVERS=(--sft-from random) ;;
+  rft) LEVERS=(--sft-from random --rft-rounds 1 --rft-seeds 128 --rft-samples 8) ;;
+  world-model) LEVERS=(--sft-from world-model) ;;
+  all) LEVERS=(--sft-from world-model --rft-rounds 1 --rft-seeds 128 --rft-samples 8
+               curriculum.enabled=true) ;;
+  *) echo "ARM must be plain, rft, world-model or all, not $ARM" >&2; exit 2 ;;
+esac
+exec .venv/bin/starpo demo --env frozenlake --sft-episodes 256 --sft-epochs 1 \
+    --no-base --steps 30 --methods grpo --out runs/fl-levers-$ARM-s$SEED "${LEVERS[@]}" \
+    'env.kwargs={is_slippery: false}' rollout.format_every_turn=false filter.enabled=false \
+    optim.mini_batch_size=16 optim.micro_batch_size=8 optim.actor_lr=2e-5 \
+    algorithm.loss_agg=seq_mean_token_mean trainer.val_every=5 trainer.save_every=5 \
+    trainer.keep_every=10 trainer.seed=$SEED trainer.num_threads=${THREADS:-1}
