@@ -110,8 +110,32 @@ class UnknownGoodActionEnv(JudgedCounterEnv):
         return frozenset({"Inc", "Jump"})
 
 
+class StartingCounterEnv(CounterEnv):
+    """Starts part-way correctly: the counter is the position (the noise is the seed's)."""
+
+    def start_state(self) -> Any:
+        return {"count": self.count}
+
+    def _start_at(self, state: Any) -> None:
+        self.count = state["count"]
+
+
+class ForgetfulStartEnv(StartingCounterEnv):
+    def _start_at(self, state: Any) -> None:
+        self.count = 0  # ignores where it was asked to start
+
+
+class ObjectStartEnv(StartingCounterEnv):
+    def start_state(self) -> Any:
+        return {"count": (self.count,)}  # a tuple: not what JSON gives back
+
+    def _start_at(self, state: Any) -> None:
+        self.count = state["count"][0]
+
+
 def test_minimal_correct_env_passes():
-    assert len(check_env(CounterEnv())) == 9
+    assert len(check_env(CounterEnv())) == 10
+    assert "start states" in check_env(StartingCounterEnv())
     assert "judged moves" in check_env(JudgedCounterEnv())
 
 
@@ -126,6 +150,8 @@ def test_minimal_correct_env_passes():
         (ClockKeyEnv, "different state keys"),
         (SolverOutsideGoodEnv, "is not in good_actions"),
         (UnknownGoodActionEnv, "frozenset of action names"),
+        (ForgetfulStartEnv, "did not start there"),
+        (ObjectStartEnv, "must be a JSON value"),
     ],
 )
 def test_checker_catches_broken_envs(env_class: type[TextEnv], fragment: str):

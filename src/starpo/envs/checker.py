@@ -6,6 +6,7 @@ rule; `check_env` runs them all and returns the names of the checks that passed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -271,6 +272,37 @@ def check_good_actions(env: TextEnv, seeds: list[int]) -> None:
                 break
 
 
+def check_start_states(env: TextEnv, seeds: list[int]) -> None:
+    """Where an env can start part-way (`start_state` and the reset option "start"), every
+    position random play reaches is a JSON value that starts the same seed's task exactly
+    there: the same observation and state, the whole budget left. Other envs pass."""
+    from starpo.envs.start_states import supports_start_states
+
+    if not supports_start_states(env):
+        return
+    chooser = np.random.default_rng(2468)
+    for seed in seeds:
+        walked: list[str] = []
+        for _ in range(4):  # the seed's start, then after each of 3 random actions
+            env.reset(seed=seed)
+            for action in walked:
+                env.step(action)
+            if env.done:
+                break
+            state, seen, snapshot = env.start_state(), env.render(), env.snapshot()
+            _require(
+                json.loads(json.dumps(state)) == state,
+                f"start_state() must be a JSON value (lists, dicts, numbers), got {state!r}",
+            )
+            obs, _ = env.reset(seed=seed, options={"start": state})
+            _require(
+                obs == seen and env.snapshot() == snapshot,
+                f"seed {seed}: reset(options={{'start': {state!r}}}) did not start there",
+            )
+            _require(env.steps_left == env.max_steps, "a start part-way keeps the whole budget")
+            walked.append(env.sample_action(chooser))
+
+
 CHECKS: dict[str, Callable[[TextEnv, list[int]], None]] = {
     "attributes": check_attributes,
     "reset": check_reset,
@@ -281,6 +313,7 @@ CHECKS: dict[str, Callable[[TextEnv, list[int]], None]] = {
     "random agent": check_random_agent,
     "state keys": check_state_keys,
     "judged moves": check_good_actions,
+    "start states": check_start_states,
 }
 
 
