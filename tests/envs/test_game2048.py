@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from starpo.envs import check_env, make
+from starpo.envs.checker import CHECKS
 from starpo.envs.game2048.env import SUCCESS_BONUS, Game2048Env
 from starpo.envs.game2048.solver import can_move, merged_tiles, move, slide_row
 from starpo.envs.policies import make_policy
@@ -22,7 +23,7 @@ def board_of(env: Game2048Env) -> list[list[int]]:
     "kwargs", [{}, {"size": 3, "target": 64, "max_steps": 80}, {"size": 2, "target": 16}]
 )
 def test_checker_passes(kwargs):
-    assert len(check_env(Game2048Env(**kwargs))) == 9
+    assert len(check_env(Game2048Env(**kwargs))) == len(CHECKS)
 
 
 def test_registered_ids_build():
