@@ -52,10 +52,11 @@ def policy(flat_policy):
     return _sharpened(model, 40.0), tokenizer
 
 
-def _local(model, tokenizer, settings, seed=7, seeds=SEEDS, group_size=2):
+def _local(model, tokenizer, settings, seed=7, seeds=SEEDS, group_size=2, starts=None):
     backend = GENERATION_BACKENDS["auto"](model, tokenizer, compute_dtype=torch.float32)
     backend.seed(seed)
-    return RolloutEngine(backend, tokenizer, settings).run("sokoban", seeds, group_size)
+    engine = RolloutEngine(backend, tokenizer, settings)
+    return engine.run("sokoban", seeds, group_size, starts=starts)
 
 
 def _pool(model, tokenizer, workers):
@@ -70,12 +71,12 @@ def _pool(model, tokenizer, workers):
     )
 
 
-def _remote(model, tokenizer, workers, settings, seed):
+def _remote(model, tokenizer, workers, settings, seed, starts=None):
     """One run of the seeds' groups (2 episodes each) on a fresh pool, then the pool closes."""
     pool = _pool(model, tokenizer, workers)
     try:
         pool.seed(seed)
-        return pool.engine(settings).run("sokoban", SEEDS, 2)
+        return pool.engine(settings).run("sokoban", SEEDS, 2, starts=starts)
     finally:
         pool.close()
 
@@ -117,6 +118,26 @@ def test_greedy_trajectories_equal_in_process_ones_with_two_workers(cluster, pol
     local = _local(model, tokenizer, settings)
     assert [t.group for t in remote] == [0, 0, 1, 1, 2, 2]
     assert _same(remote, local)
+
+
+def test_groups_started_part_way_play_the_same_on_two_workers(cluster, policy):
+    """The curriculum's per-group starts reach the workers: each group starts where it
+    was told (one group from its own start), as in the in-process engine."""
+    from starpo.envs import make
+    from starpo.envs.start_states import solution_states, start_before_end
+
+    model, tokenizer = policy
+    env = make("sokoban")
+    starts = [start_before_end(solution_states(env, seed), 1) for seed in SEEDS]
+    starts[1] = None
+    settings = EpisodeSettings(max_turns=2, max_new_tokens=10, temperature=0.0, think=False)
+    remote = _remote(model, tokenizer, 2, settings, seed=7, starts=starts)
+    local = _local(model, tokenizer, settings, starts=starts)
+    assert [t.start for t in remote] == [s for s in starts for _ in range(2)]
+    assert _same(remote, local)
+    plain = _local(model, tokenizer, settings)
+    assert remote[0].turns[0].state != plain[0].turns[0].state
+    assert remote[2].turns[0].state == plain[2].turns[0].state
 
 
 @pytest.mark.slow  # a Ray cluster and worker processes
