@@ -30,6 +30,18 @@ def check_cell_sep(cell_sep: str) -> str:
     return cell_sep
 
 
+def grid_cell(value: Any) -> tuple[int, int] | None:
+    """A start state's [row, column] (a list or tuple of two ints, bools refused) as a
+    cell, or None when it is not one (a grid env's `_start_at` then names the problem)."""
+    if (
+        isinstance(value, (list, tuple))
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
+        return (value[0], value[1])
+    return None
+
+
 _KEY_ATOMS = (str, int, float, bool, type(None))
 
 

@@ -27,7 +27,8 @@ def supports_start_states(env: TextEnv) -> bool:
     return kind.start_state is not TextEnv.start_state and kind._start_at is not TextEnv._start_at
 
 
-def _reset_options(start: Any) -> dict[str, Any] | None:
+def start_options(start: Any) -> dict[str, Any] | None:
+    """The reset options that start a task at `start` (None: at the seed's own start)."""
     return None if start is None else {"start": start}
 
 
@@ -35,7 +36,7 @@ def solution_states(env: TextEnv, seed: int, start: Any = None) -> list[Any]:
     """The states before each move of the solver's play from the seed's start (or `start`),
     or [] when the solver does not reach success (a slippery map's slips, no solution
     within the budget)."""
-    env.reset(seed=seed, options=_reset_options(start))
+    env.reset(seed=seed, options=start_options(start))
     states = []
     while not env.done:
         action = env.optimal_action()
@@ -50,7 +51,7 @@ def replay_states(env: TextEnv, seed: int, start: Any, actions: Sequence[str]) -
     """The states before each of `actions` (an episode's executed actions, in order) replayed
     from the seed's start (or `start`), or [] when the replay does not end in success (the
     episode was not a success, or the env is not what it was)."""
-    env.reset(seed=seed, options=_reset_options(start))
+    env.reset(seed=seed, options=start_options(start))
     states = []
     for action in actions:
         if env.done:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from starpo.config.episode import EpisodeSettings
 from starpo.envs import TextEnv, make
 from starpo.envs.base import state_digest
+from starpo.envs.start_states import start_options
 from starpo.envs.tools import is_tool_env
 from starpo.errors import UserError
 from starpo.rollout import prompts
@@ -261,7 +262,7 @@ class RolloutEngine:
             raise ValueError(f"{len(starts)} starts for {len(seeds)} seeds")
         for group, seed in enumerate(seeds):
             start = None if starts is None else starts[group]
-            options = None if start is None else {"start": start}
+            options = start_options(start)
             for _ in range(group_size):
                 env = make(env_id, **env_kwargs)
                 trajectory = Trajectory(env_id=env_id, seed=seed, group=group, start=start)

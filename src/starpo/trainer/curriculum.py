@@ -78,8 +78,8 @@ class Curriculum:
     def __init__(
         self, cfg: CurriculumConfig, env_id: str, env_kwargs: dict[str, Any], max_actions: int
     ) -> None:
-        self.cfg, self.env_id, self.env_kwargs = cfg, env_id, dict(env_kwargs)
-        env = make(env_id, **self.env_kwargs)
+        self.cfg = cfg
+        env = make(env_id, **env_kwargs)
         if not supports_start_states(env):
             raise UserError(
                 f"curriculum.enabled needs an env that can start part-way (start_state and "

@@ -40,6 +40,13 @@ def signal_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     return {f"signal/{k}": v for k, v in group_signal(rewards, solved).items()}
 
 
+def untouched_groups(trajectories: list[Trajectory]) -> list[Trajectory]:
+    """The trajectories of the groups no env error touched (an errored episode's outcome is
+    not the policy's, and its group is left out of the update: see `check_env_errors`)."""
+    errored = {t.group for t in trajectories if t.error is not None}
+    return [t for t in trajectories if t.group not in errored]
+
+
 def check_env_errors(trajectories: list[Trajectory], max_share: float, step: int) -> int:
     """The number of episodes an env error ended; a UserError when their share passes
     `max_share` or no group is left without one (nothing to train on)."""
@@ -73,7 +80,7 @@ def play_step(
     """Play training step `step`'s env groups with `engine`: its fresh seeds
     (`step_seeds`), or where the curriculum planned them, each group's seed and start; the
     episodes and their metrics (env errors included, which stop the run past
-    env.max_error_share)."""
+    env.max_error_share; `signal/*` over the groups no env error touched)."""
     seeds = step_seeds(cfg, step) if starts is None else [g.seed for g in starts]
     where = None if starts is None else [g.start for g in starts]
     generating = engine.generation_seconds
@@ -83,6 +90,7 @@ def play_step(
     generating = engine.generation_seconds - generating
     metrics = rollout_metrics(f"train/{cfg.env.id}", ModelEvalResult(trajectories, generating))
     metrics["rollout/env_errors"] = check_env_errors(trajectories, cfg.env.max_error_share, step)
+    metrics.update(signal_metrics(untouched_groups(trajectories)))
     return trajectories, metrics
 
 
@@ -118,8 +126,7 @@ def keep_uncertain_groups(trajectories: list[Trajectory], filtering: Any) -> Kep
     """StarPO-S: the trajectories of the groups the filter keeps (all groups when
     `filtering.enabled` is off), with their advantage weights and the filter's metrics.
     Groups an env error touched are left out first (see `check_env_errors`)."""
-    errored = {t.group for t in trajectories if t.error is not None}
-    usable = [t for t in trajectories if t.group not in errored]
+    usable = untouched_groups(trajectories)
     result = filter_groups(group_rewards(usable), rule=filter_rule(filtering))
     groups = list(by_group(usable))  # group_rewards' order, the one filter_groups counts in
     kept = {groups[i] for i in result.kept}
@@ -130,7 +137,6 @@ def keep_uncertain_groups(trajectories: list[Trajectory], filtering: Any) -> Kep
         "rollout/zero_std_groups": result.zero_std_groups,
         "rollout/kept_groups": len(kept),
         "rollout/kept_trajectories": len(chosen),
-        **signal_metrics(usable),
     }
     weights = [1.0] * len(chosen)
     if filtering.soft_reweight:

@@ -44,7 +44,6 @@ from starpo.trainer.episodes import (
     keep_uncertain_groups,
     play_step,
     rollout_metrics,
-    signal_metrics,
     step_seeds,
 )
 from starpo.trainer.mi_probe import mi_probe
@@ -298,8 +297,7 @@ class Trainer:
             starts = self.curriculum.plan(step_seeds(self.cfg, step), plan_rng)
         trajectories, metrics = play_step(self.workers.train_engine, self.cfg, step, starts)
         if self.curriculum is not None:
-            kept = [t for t in trajectories if t.error is None]
-            pass_rate = signal_metrics(kept)["signal/pass_rate"]
+            pass_rate = metrics["signal/pass_rate"]
             metrics.update(self.curriculum.observe(starts, trajectories, pass_rate))
         metrics.update(echo_trap_metrics(trajectories, self.memory))
         self.memory.add(trajectories)

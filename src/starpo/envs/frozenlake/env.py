@@ -27,7 +27,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from starpo.envs.base import TextEnv, check_cell_sep
+from starpo.envs.base import TextEnv, check_cell_sep, grid_cell
 from starpo.envs.frozenlake.solver import (
     ACTIONS,
     FROZEN,
@@ -227,20 +227,14 @@ class FrozenLakeEnv(TextEnv):
         return [int(self.position[0]), int(self.position[1])]
 
     def _start_at(self, state: Any) -> None:
-        rows = self._rows()
-        ok = (
-            isinstance(state, (list, tuple))
-            and len(state) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) for v in state)
-            and 0 <= state[0] < len(rows)
-            and 0 <= state[1] < len(rows[0])
-        )
-        if not ok or rows[state[0]][state[1]] in (HOLE, GOAL):
+        rows, cell = self._rows(), grid_cell(state)
+        inside = cell is not None and 0 <= cell[0] < len(rows) and 0 <= cell[1] < len(rows[0])
+        if not inside or rows[cell[0]][cell[1]] in (HOLE, GOAL):
             raise UserError(
                 f"FrozenLake start {state!r} is not a [row, column] of a frozen tile on this "
                 f"{len(rows)}x{len(rows[0])} map; pass a value start_state() returned"
             )
-        self.position = (state[0], state[1])
+        self.position = cell
 
     def snapshot(self) -> FrozenLakeState:
         """Map, player position and terminal flags (hashable, comparable)."""

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from numbers import Integral
 from typing import Any, ClassVar, NamedTuple
 
-from starpo.envs.base import TextEnv, check_cell_sep
+from starpo.envs.base import TextEnv, check_cell_sep, grid_cell
 from starpo.envs.sokoban.levels import SokobanLevel, generate_level, parse_xsb
 from starpo.envs.sokoban.solver import ACTION_NAMES, DELTAS, SokobanSolver
 from starpo.errors import UserError
@@ -227,9 +227,9 @@ class SokobanEnv(TextEnv):
     def _start_at(self, state: Any) -> None:
         level = self.current_level()
         try:
-            player = _cell(state["player"])
-            boxes = frozenset(_cell(box) for box in state["boxes"])
-        except (TypeError, KeyError, ValueError):
+            player = grid_cell(state["player"])
+            boxes = frozenset(grid_cell(box) for box in state["boxes"])
+        except (TypeError, KeyError):
             player, boxes = None, frozenset()
         free = {
             (r, c)
@@ -239,6 +239,7 @@ class SokobanEnv(TextEnv):
         }
         if (
             player is None
+            or None in boxes
             or len(boxes) != len(level.boxes)
             or not boxes <= free
             or player not in free - boxes
@@ -418,17 +419,6 @@ def _count(n: int, noun: str) -> str:
 
 
 # ------------------------------------------------------------------------ validation
-def _cell(value: Any) -> Cell:
-    """A [row, column] pair of ints as a cell; ValueError otherwise."""
-    if (
-        not isinstance(value, (list, tuple))
-        or len(value) != 2
-        or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-    ):
-        raise ValueError(f"not a [row, column] cell: {value!r}")
-    return (value[0], value[1])
-
-
 def _checked_int(name: str, value: Any, minimum: int, maximum: int = MAX_GENERATION_STEPS) -> int:
     if (
         isinstance(value, bool)
