@@ -177,10 +177,6 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
     flags = {name: getattr(args, name) for name in LAYOUT_SETTINGS}
     values.update({k: v for k, v in flags.items() if v is not None})
     check_settings(values, spell=flag_name)
-    if args.from_world_model:
-        from starpo.sft.responses import check_world_model_think
-
-        check_world_model_think(EpisodeSettings(**values).think)
     options = TrainOptions(**{name: getattr(args, name) for name in TrainOptions.model_fields})
     if args.actions_per_turn < 1:
         raise UserError(f"--actions-per-turn must be >= 1, got {args.actions_per_turn}")

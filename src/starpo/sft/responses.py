@@ -137,8 +137,8 @@ def world_model_script(
     """A scripted policy's episode as world-model turns (SPA): turns of up to
     `actions_per_turn` actions whose think block reads back the state the turn starts from
     and predicts the state after its last action, both as the episode recorded them
-    (`starpo.evaluation.world_model`); the actions are the policy's own."""
-    check_world_model_think(engine.settings.think)
+    (`starpo.evaluation.world_model`); the actions are the policy's own. Thinking must be
+    on: `replay_records` checks it once (`check_world_model_think`)."""
     syntax = engine.call_syntax if engine.tool_schemas is not None else None
     states = [episode.initial_observation, *(step.observation for step in episode.steps)]
     actions = [step.action for step in episode.steps]
