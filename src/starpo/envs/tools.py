@@ -22,9 +22,10 @@ to the agent and not checked. Stdlib only (no jsonschema dependency).
 
 from __future__ import annotations
 
+import copy
 import json
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -34,6 +35,17 @@ from starpo.envs.base import TextEnv
 
 #: Longest call text read (a runaway generation is not parsed).
 MAX_CALL_CHARS = 4000
+#: Deepest nesting a call may have. Real calls nest 3 or 4 levels; the bound keeps every
+#: recursive check (and json.dumps) far below Python's recursion limit, which a 4,000-character
+#: call nested ~990 levels deep would otherwise reach after json.loads accepted it.
+MAX_CALL_DEPTH = 32
+#: Most decimal digits of a whole number in a call: no tool takes more, and past ~4,300
+#: Python refuses to turn an int into text at all (so it could not even be shown).
+MAX_NUMBER_DIGITS = 100
+#: Longest tool result or error an agent is shown (the tools here answer in under 1,000).
+MAX_RESULT_CHARS = 2000
+#: Longest piece of the agent's own text echoed back in an error.
+MAX_SHOWN_CHARS = 40
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "object": (dict,),
@@ -58,14 +70,20 @@ class Tool:
     )
     ends_episode: bool = False
 
+    def __post_init__(self) -> None:
+        # A copy of its own: a schema dict shared with other tools or kept by the caller
+        # (a module constant such as {"type": "string"}) must not change how this one checks.
+        object.__setattr__(self, "parameters", copy.deepcopy(dict(self.parameters)))
+
     def schema(self) -> dict[str, Any]:
-        """The OpenAI function schema (`tools=[...]` of a chat request or template)."""
+        """The OpenAI function schema (`tools=[...]` of a chat request or template): a
+        fresh copy, so that editing it cannot change how calls are checked."""
         return {
             "type": "function",
             "function": {
                 "name": self.name,
                 "description": self.description,
-                "parameters": dict(self.parameters),
+                "parameters": copy.deepcopy(dict(self.parameters)),
             },
         }
 
@@ -103,44 +121,95 @@ class ToolCallError(ValueError):
 def read_call(action: Any, tools: Sequence[Tool]) -> ToolCall:
     """The call `action` makes (its JSON text, or an already parsed mapping); raises
     ToolCallError with what is wrong. Never raises anything else, whatever `action` is."""
-    if isinstance(action, str):
-        if len(action) > MAX_CALL_CHARS:
-            raise ToolCallError(f"the call is longer than {MAX_CALL_CHARS} characters")
-        try:
-            action = json.loads(action)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
-            raise ToolCallError(f"the call is not valid JSON ({why})") from None
+    action = _decoded(action, "the call is not valid JSON")
     if not isinstance(action, Mapping):
         raise ToolCallError('a call is a JSON object: {"name": ..., "arguments": {...}}')
+    _check_structure(action, "the call")
     # Llama 3.1's templates name the arguments "parameters": either key, not both.
-    unknown_keys = sorted(str(k) for k in action if k not in ("name", *ARGUMENT_KEYS))
+    unknown_keys = sorted(shown(k) for k in action if k not in ("name", *ARGUMENT_KEYS))
     if unknown_keys:
         raise ToolCallError(f"a call holds only name and arguments, not {unknown_keys[0]}")
     if all(key in action for key in ARGUMENT_KEYS):
         raise ToolCallError("a call holds its arguments once: arguments or parameters, not both")
     by_name = {tool.name: tool for tool in tools}
+    names = ", ".join(by_name)
     name = action.get("name")
-    if not isinstance(name, str) or name not in by_name:
-        names = ", ".join(by_name)
-        shown = json.dumps(name)[:60] if name is not None else "no name"
-        raise ToolCallError(f"unknown tool {shown}; the tools are: {names}")
+    if name is None:
+        raise ToolCallError(f"the call names no tool; the tools are: {names}")
+    if not isinstance(name, str):
+        raise ToolCallError(f"the tool name must be a string, got {shown(name)}")
+    if name not in by_name:
+        raise ToolCallError(f"unknown tool {shown(name)}; the tools are: {names}")
     arguments = action.get("arguments", action.get("parameters", {}))
     if isinstance(arguments, str):  # some models send the arguments as a JSON string
-        try:
-            arguments = json.loads(arguments)
-        except (json.JSONDecodeError, RecursionError):
-            raise ToolCallError(f"{name}: arguments are not a JSON object") from None
+        arguments = _decoded(arguments, f"{name}: arguments are not a JSON object")
+        _check_structure(arguments, f"{name}: the arguments")
     if not isinstance(arguments, Mapping):
         raise ToolCallError(f"{name}: arguments must be a JSON object")
     problem = schema_problem(by_name[name].parameters, arguments, "")
     if problem is not None:
         raise ToolCallError(f"{name}: {problem}")
-    try:  # JSON may carry a lone surrogate ("\ud800"), which no record could be written with
-        json.dumps(arguments, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise ToolCallError(f"{name}: arguments hold text that is not valid Unicode") from None
+    # JSON may carry a lone surrogate ("\ud800"), which no record could be written with.
+    if any(isinstance(part, str) and not _is_unicode(part) for part, _ in _parts(arguments)):
+        raise ToolCallError(f"{name}: arguments hold text that is not valid Unicode")
     return ToolCall(name, as_declared(by_name[name].parameters, dict(arguments)))
+
+
+def _decoded(text: Any, invalid: str) -> Any:
+    """`text` parsed as JSON when it is a string (anything else as it is); a ToolCallError
+    starting with `invalid` when it cannot be."""
+    if not isinstance(text, str):
+        return text
+    if len(text) > MAX_CALL_CHARS:
+        raise ToolCallError(f"the call is longer than {MAX_CALL_CHARS} characters")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ToolCallError(f"{invalid} ({exc.msg})") from None
+    except RecursionError:
+        raise ToolCallError(f"{invalid} (nested too deeply)") from None
+    except ValueError:  # a number past Python's int-from-text limit
+        raise ToolCallError(f"{invalid} (a number too large)") from None
+
+
+def _check_structure(value: Any, what: str) -> None:
+    """Raise ToolCallError when `value` nests deeper than MAX_CALL_DEPTH or holds a number
+    too large: checked before anything recursive (the schema check, json.dumps) reads it."""
+    for part, depth in _parts(value):
+        if depth > MAX_CALL_DEPTH:
+            raise ToolCallError(f"{what} is nested too deeply (at most {MAX_CALL_DEPTH} levels)")
+        if _too_large(part):
+            digits = MAX_NUMBER_DIGITS
+            raise ToolCallError(f"{what} holds a number too large (over {digits} digits)")
+
+
+def _parts(value: Any) -> Iterator[tuple[Any, int]]:
+    """Every value and key nested in `value`, with its depth (`value` is 0), stopping one
+    level past MAX_CALL_DEPTH. Iterative, so that no nesting (nor a mapping that holds
+    itself) can reach the recursion limit."""
+    stack = [(value, 0)]
+    while stack:
+        part, depth = stack.pop()
+        yield part, depth
+        if depth > MAX_CALL_DEPTH:
+            continue
+        if isinstance(part, Mapping):
+            stack.extend((item, depth + 1) for pair in part.items() for item in pair)
+        elif isinstance(part, (list, tuple)):
+            stack.extend((item, depth + 1) for item in part)
+
+
+def _too_large(value: Any) -> bool:
+    # Compared, not counted with len(str(value)): str() itself raises past ~4,300 digits.
+    return isinstance(value, int) and abs(value) >= _TOO_LARGE
+
+
+_TOO_LARGE = 10**MAX_NUMBER_DIGITS
+
+
+def _is_unicode(text: str) -> bool:
+    """Whether `text` can be written as UTF-8 (it holds no lone surrogate)."""
+    return text.isascii() or not any("\ud800" <= ch <= "\udfff" for ch in text)
 
 
 def as_declared(schema: Mapping[str, Any], value: Any) -> Any:
@@ -173,15 +242,15 @@ def schema_problem(schema: Mapping[str, Any], value: Any, where: str) -> str | N
     kind = schema.get("type")
     kinds = [kind] if isinstance(kind, str) else list(kind or [])
     if kinds and not any(_is_type(value, k) for k in kinds):
-        return f"{label} must be {' or '.join(kinds)}, got {_shown(value)}"
+        return f"{label} must be {' or '.join(kinds)}, got {shown(value)}"
     if "enum" in schema and value not in schema["enum"]:
         choices = ", ".join(json.dumps(c) for c in schema["enum"])
-        return f"{label} must be one of {choices}, got {_shown(value)}"
+        return f"{label} must be one of {choices}, got {shown(value)}"
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if "minimum" in schema and value < schema["minimum"]:
-            return f"{label} must be >= {schema['minimum']}, got {_shown(value)}"
+            return f"{label} must be >= {schema['minimum']}, got {shown(value)}"
         if "maximum" in schema and value > schema["maximum"]:
-            return f"{label} must be <= {schema['maximum']}, got {_shown(value)}"
+            return f"{label} must be <= {schema['maximum']}, got {shown(value)}"
     if isinstance(value, Mapping):
         return _object_problem(schema, value, where)
     if isinstance(value, list) and "items" in schema:
@@ -205,15 +274,30 @@ def _object_problem(schema: Mapping[str, Any], value: Mapping[str, Any], where: 
                 return problem
         elif not schema.get("additionalProperties", False):
             known = ", ".join(properties) or "none"
-            return f"unknown argument {prefix}{_shown(key)} (the arguments are: {known})"
+            return f"unknown argument {prefix}{shown(key)} (the arguments are: {known})"
     return None
 
 
-def _shown(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    if not text.isascii():  # escaped where it is no valid Unicode (a lone surrogate)
+def shown(value: Any, limit: int = MAX_SHOWN_CHARS) -> str:
+    """`value` (the agent's own text, or any value a call held) as an error may echo it:
+    JSON, escaped where it is no valid Unicode (a lone surrogate), at most `limit`
+    characters. Never raises: a value that cannot be written as JSON is named by its type."""
+    if isinstance(value, str) and len(value) > limit:
+        value = value[:limit]  # cut before dumping: a call's string may be long
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except Exception:  # noqa: BLE001 - a huge int, deep nesting, a __str__ that raises
+        text = f"a value of type {type(value).__name__}"
+    return readable(text, limit)
+
+
+def readable(text: str, limit: int) -> str:
+    """`text` made valid UTF-8 (lone surrogates written as \\udXXX escapes) and cut to
+    `limit` characters: what any agent-facing message must be, to be printed, written to
+    a run file or tokenized."""
+    if not text.isascii():
         text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text if len(text) <= 40 else text[:37] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def sample_arguments(schema: Mapping[str, Any], rng: np.random.Generator) -> Any:
@@ -318,13 +402,16 @@ class ToolEnv(TextEnv):
         obs, reward, terminated, truncated, info = super().step(action)
         if not info["action_is_valid"]:
             info["tool_result"] = f"Error: {self._call_error}"
+        # The last guard, whatever a subclass returned: the agent reads this next turn, and
+        # a run file, a terminal and a tokenizer all need valid UTF-8 of bounded length.
+        info["tool_result"] = readable(str(info["tool_result"]), MAX_RESULT_CHARS)
         return obs, reward, terminated, truncated, info
 
     # ------------------------------------------------------------- for prompts
     @classmethod
     def tool_schemas(cls) -> list[dict[str, Any]]:
         """Every tool's OpenAI function schema."""
-        return [tool.schema() for tool in cls.tools]
+        return [tool.schema() for tool in cls.tools]  # fresh copies (Tool.schema)
 
 
 def is_tool_env(env: Any) -> bool:

@@ -52,7 +52,15 @@ from starpo.envs.invoice.cases import (
     split_problems,
 )
 from starpo.envs.invoice.cases import gold_calls as gold_calls  # re-exported for tests
-from starpo.envs.tools import Tool, ToolCallError, ToolEnv, ToolError, call_text, read_call
+from starpo.envs.tools import (
+    Tool,
+    ToolCallError,
+    ToolEnv,
+    ToolError,
+    call_text,
+    read_call,
+    shown,
+)
 from starpo.errors import UserError
 
 #: Longest string argument a tool accepts (ids and names are short).
@@ -212,25 +220,25 @@ class InvoiceEnv(ToolEnv):
         if name == "search_ledger":
             vendor_id = _key(arguments["vendor_id"])
             if db.vendor(vendor_id) is None:
-                raise ToolError(f"no vendor {vendor_id}")
+                raise ToolError(f"no vendor {shown(vendor_id)}")
             number = arguments.get("invoice_number")
             entries = ledger_entries(db, vendor_id, None if number is None else _key(number))
-            shown = [
+            rows = [
                 {"invoice_number": e["invoice_number"], "amount": money(e["amount"]),
                  "decision": e["decision"]}
                 for e in entries[:LEDGER_LIMIT]
             ]  # fmt: skip
-            return _json(shown)
+            return _json(rows)
         po_id = _key(arguments["po_id"])
         if name == "get_purchase_order":
             order = db.orders.get(po_id)
             if order is None:
-                raise ToolError(f"no purchase order {po_id}")
+                raise ToolError(f"no purchase order {shown(po_id)}")
             lines = [{**line, "price": money(line["price"])} for line in order["lines"]]
             return _json({"po_id": po_id, "vendor_id": order["vendor_id"], "lines": lines})
         receipt = db.receipts.get(po_id)
         if receipt is None:
-            raise ToolError(f"no goods receipt for {po_id}")
+            raise ToolError(f"no goods receipt for {shown(po_id)}")
         return _json({"po_id": po_id, "received": receipt})
 
     def _record(self, arguments: dict[str, Any]) -> str:
@@ -238,7 +246,7 @@ class InvoiceEnv(ToolEnv):
         assert self.case is not None
         vendor_id = _key(arguments["vendor_id"])
         if vendor_id and self.case.db.vendor(vendor_id) is None:
-            raise ToolError(f'no vendor {vendor_id}; use an id search_vendors gives, or ""')
+            raise ToolError(f'no vendor {shown(vendor_id)}; use an id search_vendors gives, or ""')
         number = _key(arguments["invoice_number"])
         if not number:
             raise ToolError("invoice_number is empty")
@@ -327,7 +335,8 @@ class InvoiceEnv(ToolEnv):
         return float(self.is_success() if self.done else self.case is not None)
 
     def explain(self, action: str) -> str | None:
-        """Why the gold call is the move now, one sentence; None for any other call."""
+        """Why the gold call is the move now, one sentence; None for any other call (any
+        `action` at all: it is read as step() reads it, and never raises)."""
         gold = self._next_gold()
         try:
             call = read_call(action, self.tools)

@@ -41,7 +41,7 @@ from starpo.envs.support.cases import (
 )
 from starpo.envs.support.customer import TOPICS, answer, opening_message
 from starpo.envs.support.solver import asked, checked, listed, looked_up, plan
-from starpo.envs.tools import Tool, ToolCallError, ToolEnv, ToolError, read_call
+from starpo.envs.tools import Tool, ToolCallError, ToolEnv, ToolError, read_call, shown
 from starpo.errors import UserError
 
 SPLITS = ("train", "heldout")
@@ -199,7 +199,7 @@ class SupportEnv(ToolEnv):
     def _tool_list_orders(self, email: str) -> dict[str, Any]:
         case = self._case
         if email.strip().lower() != case.email:
-            raise ToolError(f"no customer with email {_quoted(email)}")
+            raise ToolError(f"no customer with email {shown(email)}")
         self.known.add(listed(case.email))
         orders = [
             {
@@ -219,7 +219,7 @@ class SupportEnv(ToolEnv):
     def _tool_get_product(self, sku: str) -> dict[str, Any]:
         product = self._case.product(_code(sku))
         if product is None:
-            raise ToolError(f"no product {_quoted(sku)}")
+            raise ToolError(f"no product {shown(sku)}")
         self.known.add(checked(product.sku))
         return {
             "sku": product.sku,
@@ -238,7 +238,7 @@ class SupportEnv(ToolEnv):
         order, item_sku = self._order_item(order_id, sku)
         new = self._case.product(_code(new_sku))
         if new is None:
-            raise ToolError(f"no product {_quoted(new_sku)}")
+            raise ToolError(f"no product {shown(new_sku)}")
         self.changes.append(("exchange", order.order_id, item_sku, new.sku))
         return {"exchanged": item_sku, "for": new.sku, "order_id": order.order_id}
 
@@ -257,14 +257,14 @@ class SupportEnv(ToolEnv):
     def _order(self, order_id: str) -> Order:
         order = self._case.order(_code(order_id))
         if order is None:
-            raise ToolError(f"no order {_quoted(order_id)}")
+            raise ToolError(f"no order {shown(order_id)}")
         return order
 
     def _order_item(self, order_id: str, sku: str) -> tuple[Order, str]:
         order = self._order(order_id)
         item = order.item(_code(sku))
         if item is None:
-            raise ToolError(f"order {order.order_id} has no item {_quoted(sku)}")
+            raise ToolError(f"order {order.order_id} has no item {shown(sku)}")
         return order, item.sku
 
     def _order_record(self, order: Order) -> dict[str, Any]:
@@ -293,7 +293,8 @@ class SupportEnv(ToolEnv):
 
     def explain(self, action: str) -> str | None:
         """Why the gold call is made, when `action` is that call (read as step() reads
-        it, ids and amounts compared as the tools compare them); None otherwise."""
+        it, ids and amounts compared as the tools compare them); None otherwise, for any
+        `action` at all (it never raises)."""
         steps = self._plan()
         if not steps:
             return None
@@ -330,12 +331,6 @@ def _key(arguments: dict[str, Any]) -> dict[str, Any]:
 
 def _dumps(result: dict[str, Any]) -> str:
     return json.dumps(result, ensure_ascii=False)
-
-
-def _quoted(text: str) -> str:
-    """A value echoed in an error, cut short (a call may hold a long string)."""
-    shown = text if len(text) <= 30 else text[:27] + "..."
-    return json.dumps(shown, ensure_ascii=False)
 
 
 def _check_int(name: str, value: Any, low: int, high: int) -> int:
