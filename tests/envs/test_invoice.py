@@ -14,9 +14,11 @@ from starpo.envs import check_env, make
 from starpo.envs.invoice.cases import (
     HELDOUT_ONLY,
     PROBLEMS,
+    decision_arguments,
     generate_case,
     gold_decision,
     review,
+    to_cents,
 )
 from starpo.envs.invoice.env import InvoiceEnv, gold_calls
 from starpo.envs.tools import MAX_CALL_CHARS, call_text
@@ -153,7 +155,8 @@ def final_perturbations(env: InvoiceEnv, call: str) -> list[str]:
         (v["id"] for v in env.case.db.vendors if v["id"] != gold["vendor_id"]), None
     )
     changes = [
-        {"amount": gold["amount"] + 0.05},
+        {"amount": gold["amount"] + 0.01},  # one cent: the rules define cents, exactly
+        *([{"amount": gold["amount"] - 0.01}] if gold["amount"] >= 0.01 else []),
         {"amount": 0.0 if gold["amount"] else env.case.invoice.total / 100},
         {"vendor_id": other_vendor if gold["vendor_id"] == "" else ""},
         {
@@ -178,6 +181,35 @@ def test_every_perturbed_decision_scores_zero():
             reward, info = play(env, seed, [*lookups, wrong])
             assert reward == 0.0 and env.done and not env.is_success(), (seed, wrong)
             assert env.optimal_success_probability() == 0.0
+
+
+def test_an_amount_one_cent_off_scores_zero():
+    """A hold or reject books 0 (never 0.01), an approval the total (never a cent off)."""
+    env = InvoiceEnv()
+    rejects = 0
+    for seed in SEEDS:
+        *lookups, final = solve(env, seed)
+        assert env.is_success(), seed
+        gold = json.loads(final)["arguments"]["amount"]
+        for amount in (gold + 0.01, gold - 0.01, gold + 0.009, gold - 0.006):
+            if amount >= 0:
+                reward, _ = play(env, seed, [*lookups, with_arguments(final, amount=amount)])
+                assert reward == 0.0 and not env.is_success(), (seed, amount)
+        for amount in (gold + 0.004, round(gold, 2), f"{gold:.2f}"):  # the same cents
+            reward, _ = play(env, seed, [*lookups, with_arguments(final, amount=float(amount))])
+            assert reward == 1.0, (seed, amount)
+        rejects += gold == 0
+    assert rejects > 50
+
+
+def test_amounts_are_read_in_exact_cents():
+    """The gold amount, written as the solver writes it (cents / 100), reads back as the
+    same cents on every case; float arithmetic (x * 100) does not."""
+    assert [to_cents(a) for a in (1234.57, 0.01, 1.005, 12, 0.004)] == [123457, 1, 101, 1200, 0]
+    for seed in range(3000):
+        for split in ("train", "heldout"):
+            gold = gold_decision(generate_case(np.random.default_rng(seed), split=split))
+            assert to_cents(decision_arguments(gold)["amount"]) == gold.amount, seed
 
 
 def test_no_decision_is_a_truncated_failure():

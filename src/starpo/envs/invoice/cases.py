@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 import numpy as np
@@ -174,6 +175,14 @@ def money(cents: int) -> str:
     """12.50 for 1250 (minus sign kept)."""
     sign = "-" if cents < 0 else ""
     return f"{sign}{abs(cents) // 100}.{abs(cents) % 100:02d}"
+
+
+def to_cents(amount: float) -> int:
+    """An amount the agent wrote (12.5, 1234.57) in whole cents, rounded half a cent up
+    as the rules round tax. Read from its shortest decimal text, as written: float
+    arithmetic would round 1.005 (1.005 * 100 = 100.49999999999999) to 100 cents, not 101."""
+    exact = Decimal(repr(amount)) if isinstance(amount, float) else Decimal(amount)
+    return int((exact * 100).quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
 def tax_due(subtotal: int, percent: int) -> int:

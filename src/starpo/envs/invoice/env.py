@@ -6,11 +6,11 @@ The agent reads the invoice (the observation) and the company's rules (the instr
 looks records up (vendors, the purchase order, its goods receipt, the ledger, the tax rate)
 and finishes with `record_decision`, which appends its decision to the ledger and ends the
 episode. The score compares that ledger record with the one the rules give (`cases.review`):
-1.0 when the invoice number, vendor id, decision, reason and amount (within a cent) all
-match, else 0.0, with no partial credit: a right decision for the wrong reason, or with the
-wrong amount, would be booked wrong all the same. Lookups change nothing; a lookup of a
-record that does not exist is a tool error (it uses a call of the budget, like any call the
-tools run).
+1.0 when the invoice number, vendor id, decision, reason and amount (in whole cents,
+exactly) all match, else 0.0, with no partial credit: a right decision for the wrong reason,
+or with the wrong amount, would be booked wrong all the same. Lookups change nothing; a
+lookup of a record that does not exist is a tool error (it uses a call of the budget, like
+any call the tools run).
 
     >>> env = InvoiceEnv()
     >>> obs, info = env.reset(seed=0)
@@ -50,6 +50,7 @@ from starpo.envs.invoice.cases import (
     money,
     review,
     split_problems,
+    to_cents,
 )
 from starpo.envs.invoice.cases import gold_calls as gold_calls  # re-exported for tests
 from starpo.envs.tools import (
@@ -253,7 +254,7 @@ class InvoiceEnv(ToolEnv):
         self.recorded = {
             "vendor_id": vendor_id,
             "invoice_number": number,
-            "amount": round(float(arguments["amount"]) * 100),
+            "amount": to_cents(arguments["amount"]),
             "decision": arguments["decision"],
             "reason": arguments["reason"],
         }
@@ -292,19 +293,18 @@ class InvoiceEnv(ToolEnv):
         return (self.snapshot(), tuple(sorted(self.seen)))
 
     def final_reward(self) -> float:
-        """1.0 when the recorded decision is the gold record (the amount, in whole cents,
-        within a cent of it), else 0.0."""
+        """1.0 when the recorded decision is the gold record (the amount in exactly the
+        same whole cents: the rules book 0 for a hold or reject, never 0.01), else 0.0."""
         return float(self._matches_gold())
 
     def _matches_gold(self) -> bool:
         gold, record = self._gold, self.recorded
         if gold is None or record is None:
             return False
-        same = all(
+        return all(
             record[key] == getattr(gold, key)
-            for key in ("invoice_number", "vendor_id", "decision", "reason")
+            for key in ("invoice_number", "vendor_id", "decision", "reason", "amount")
         )
-        return same and abs(record["amount"] - gold.amount) <= 1
 
     def is_success(self) -> bool:
         return self._matches_gold()
