@@ -231,12 +231,17 @@ def test_actions_against_policy_go_through_and_score_zero(kind, split, trap):
         },
     }[trap]
     wanted = {"refund_item": "refunded", "cancel_order": "cancelled"}.get(trap, "exchanged")
+    # Looked up first (the order, the stock), so that only the policy makes the trap score 0.
+    lookups = [call("get_order", order_id=order.order_id)]
+    if trap == "exchange_item":
+        lookups.append(call("get_product", sku=env.case.facts.new_sku))
     before = env.snapshot()
-    reward, results = play(env, seed, [call(trap, **arguments), call("resolve", outcome=wanted)])
-    assert not results[0].startswith("Error") and env.snapshot() != before
+    trapped = [*lookups, call(trap, **arguments), call("resolve", outcome=wanted)]
+    reward, results = play(env, seed, trapped)
+    assert not results[-2].startswith("Error") and env.snapshot() != before
     assert reward == 0.0
-    reward, _ = play(env, seed, [call("resolve", outcome="refused")])
-    assert reward == 1.0  # refusing at once is this case's gold
+    reward, _ = play(env, seed, [*lookups, call("resolve", outcome="refused")])
+    assert reward == 1.0  # refusing once the records are seen is this case's gold
 
 
 # ---------------------------------------------------------------- malformed calls
@@ -333,7 +338,8 @@ def test_state_key_tracks_what_the_agent_knows():
 
 # ---------------------------------------------------------------------- baselines
 def test_random_baseline_rarely_succeeds():
-    """Measured over seeds 0..199: 4% on train (8/200), 8.5% on held-out (17/200)."""
+    """Measured over seeds 0..199: 0% on both splits (before a resolution needed its
+    lookups, 4% on train and 8.5% held out, all of them blind resolve("refused") calls)."""
     for split, bound in (("train", 0.08), ("heldout", 0.12)):
         env, chooser, wins = SupportEnv(split=split), np.random.default_rng(0), 0
         for seed in SEEDS:
@@ -344,12 +350,25 @@ def test_random_baseline_rarely_succeeds():
         assert wins / len(SEEDS) <= bound, (split, wins)
 
 
+def look_then_refuse(env: SupportEnv) -> list[str]:
+    """Look up what any resolution rests on (the order, the wanted variant), then refuse."""
+    facts = env.case.facts
+    calls = [call("get_order", order_id=facts.order_id)]
+    if facts.wanted == "exchange":
+        calls.append(call("get_product", sku=facts.new_sku))
+    return [*calls, call("resolve", outcome="refused")]
+
+
 def test_refusing_everything_is_a_poor_strategy():
-    """Measured over seeds 0..199: 33.5% of train cases, 47% of held-out ones."""
+    """Measured over seeds 0..199: 27% of train cases, 42.5% of held-out ones (refusing
+    blind, without the lookups, wins none)."""
     for split, bound in (("train", 0.35), ("heldout", 0.55)):
-        env = SupportEnv(split=split)
-        wins = sum(play(env, s, [call("resolve", outcome="refused")])[0] for s in SEEDS)
-        assert wins / len(SEEDS) <= bound, (split, wins)
+        env, wins = SupportEnv(split=split), 0
+        for seed in SEEDS:
+            env.reset(seed=seed)
+            wins += play(env, seed, look_then_refuse(env))[0]
+            assert play(env, seed, [call("resolve", outcome="refused")])[0] == 0.0
+        assert 0.15 <= wins / len(SEEDS) <= bound, (split, wins)
 
 
 # ----------------------------------------------------------------- cases and splits

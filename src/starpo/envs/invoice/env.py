@@ -7,10 +7,13 @@ looks records up (vendors, the purchase order, its goods receipt, the ledger, th
 and finishes with `record_decision`, which appends its decision to the ledger and ends the
 episode. The score compares that ledger record with the one the rules give (`cases.review`):
 1.0 when the invoice number, vendor id, decision, reason and amount (in whole cents,
-exactly) all match, else 0.0, with no partial credit: a right decision for the wrong reason,
-or with the wrong amount, would be booked wrong all the same. Lookups change nothing; a
-lookup of a record that does not exist is a tool error (it uses a call of the budget, like
-any call the tools run).
+exactly) all match and the lookups the rules needed to reach that decision were made, else
+0.0, with no partial credit: a right decision for the wrong reason, or with the wrong
+amount, would be booked wrong all the same, and one recorded without looking is a guess (a
+blind first call rejecting an unknown vendor "" would otherwise win the ~9% of cases whose
+vendor is missing, where random calls win none). Lookups change nothing; a lookup of a
+record that does not exist is a tool error (it uses a call of the budget, like any call the
+tools run).
 
     >>> env = InvoiceEnv()
     >>> obs, info = env.reset(seed=0)
@@ -294,17 +297,19 @@ class InvoiceEnv(ToolEnv):
 
     def final_reward(self) -> float:
         """1.0 when the recorded decision is the gold record (the amount in exactly the
-        same whole cents: the rules book 0 for a hold or reject, never 0.01), else 0.0."""
+        same whole cents: the rules book 0 for a hold or reject, never 0.01) and the gold
+        plan's lookups have all been seen, else 0.0."""
         return float(self._matches_gold())
 
     def _matches_gold(self) -> bool:
         gold, record = self._gold, self.recorded
         if gold is None or record is None:
             return False
-        return all(
+        same = all(
             record[key] == getattr(gold, key)
             for key in ("invoice_number", "vendor_id", "decision", "reason", "amount")
         )
+        return same and not self._lookups_to_make()
 
     def is_success(self) -> bool:
         return self._matches_gold()
@@ -314,25 +319,31 @@ class InvoiceEnv(ToolEnv):
         assert self.case is not None
         return gold_plan(self.case)
 
+    def _lookups_to_make(self) -> list[tuple[str, dict[str, Any]]]:
+        """The gold plan's lookups whose result has not been seen yet: the evidence the
+        decision rests on (a lookup counts once its result was seen, whatever the exact
+        arguments were)."""
+        *lookups, _ = self._plan()
+        return [(n, a) for n, a in lookups if (n, self._lookup(n, a)) not in self.seen]
+
     def _next_gold(self) -> tuple[str, dict[str, Any]] | None:
         """The gold call to make now: the first lookup of the plan whose result has not
-        been seen, or the decision once all were (or when the budget leaves no room for
-        them: the solver knows the answer, the lookups only show it)."""
+        been seen, or the decision once all were."""
         if self.done or self.case is None:
             return None
-        *lookups, decision = self._plan()
-        todo = [(n, a) for n, a in lookups if (n, self._lookup(n, a)) not in self.seen]
-        if not todo or len(todo) + 1 > self.steps_left:
-            return decision
-        return todo[0]
+        todo = self._lookups_to_make()
+        return todo[0] if todo else self._plan()[-1]
 
     def optimal_action(self) -> str | None:
         call = self._next_gold()
         return None if call is None else call_text(*call)
 
     def optimal_success_probability(self) -> float:
-        """1.0 while a decision can still be recorded (the gold one), else whether it was."""
-        return float(self.is_success() if self.done else self.case is not None)
+        """1.0 while the lookups still to make and the decision fit in the calls left,
+        else whether the episode succeeded."""
+        if self.done or self.case is None:
+            return float(self.is_success())
+        return float(len(self._lookups_to_make()) + 1 <= self.steps_left)
 
     def explain(self, action: str) -> str | None:
         """Why the gold call is the move now, one sentence; None for any other call (any

@@ -54,6 +54,19 @@ def checked(sku: str) -> str:
     return f"product:{sku}"
 
 
+def evidence(case: Case) -> tuple[str, ...]:
+    """What the gold resolution rests on, as knowledge keys: the order the request is about
+    (its status, delivery and items decide every rule), and for an exchange the order and
+    item rules allow, the new variant's stock. `plan` looks these up before it resolves;
+    the score asks for them, so that a resolution made without looking (a blind
+    resolve("refused") as the first call) does not win."""
+    facts = case.facts
+    keys = [looked_up(facts.order_id)]
+    if facts.wanted == "exchange" and order_block(case) is None and item_block(case) is None:
+        keys.append(checked(facts.new_sku))
+    return tuple(keys)
+
+
 def plan(case: Case, known: Collection[str], changes: Iterable[Change]) -> list[Step] | None:
     """The gold calls from a state where the agent knows `known` (knowledge keys) and has
     made `changes`, up to and including resolve; None when `changes` already break the gold
