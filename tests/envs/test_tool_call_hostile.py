@@ -180,7 +180,7 @@ CONTRACT_CASES = [
     ("deep objects", lambda t, a: f'{{"name": "{t}", "arguments": ' + '{"a": ' * 500 + "1"
      + "}" * 501, "nested too deeply"),
     ("deep argument text", lambda t, a: f'{{"name": "{t}", "arguments": "' + "[" * 3000 + '"}',
-     "nested too deeply"),
+     "arguments are not a JSON object"),
     ("huge number as name", lambda t, a: {"name": 10**5000}, "a number too large"),
     ("huge number as argument", lambda t, a: {"name": t, "arguments": {a: 10**5000}},
      "a number too large"),

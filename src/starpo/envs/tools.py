@@ -121,7 +121,7 @@ class ToolCallError(ValueError):
 def read_call(action: Any, tools: Sequence[Tool]) -> ToolCall:
     """The call `action` makes (its JSON text, or an already parsed mapping); raises
     ToolCallError with what is wrong. Never raises anything else, whatever `action` is."""
-    action = _decoded(action, "the call is not valid JSON")
+    action = _decoded(action, "the call is not valid JSON ({why})")
     if not isinstance(action, Mapping):
         raise ToolCallError('a call is a JSON object: {"name": ..., "arguments": {...}}')
     _check_structure(action, "the call")
@@ -156,8 +156,8 @@ def read_call(action: Any, tools: Sequence[Tool]) -> ToolCall:
 
 
 def _decoded(text: Any, invalid: str) -> Any:
-    """`text` parsed as JSON when it is a string (anything else as it is); a ToolCallError
-    starting with `invalid` when it cannot be."""
+    """`text` parsed as JSON when it is a string (anything else as it is); when it cannot
+    be, a ToolCallError saying `invalid`, with why in place of its "{why}" if it has one."""
     if not isinstance(text, str):
         return text
     if len(text) > MAX_CALL_CHARS:
@@ -165,11 +165,12 @@ def _decoded(text: Any, invalid: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ToolCallError(f"{invalid} ({exc.msg})") from None
+        why = exc.msg
     except RecursionError:
-        raise ToolCallError(f"{invalid} (nested too deeply)") from None
+        why = "nested too deeply"
     except ValueError:  # a number past Python's int-from-text limit
-        raise ToolCallError(f"{invalid} (a number too large)") from None
+        why = "a number too large"
+    raise ToolCallError(invalid.replace("{why}", why))
 
 
 def _check_structure(value: Any, what: str) -> None:
