@@ -6,14 +6,19 @@
 #   ARM=world-model  SFT on random play with the state read back and the next one predicted
 #                    in the think block (thinks, so every turn is ~12x longer to decode)
 #   ARM=all          world-model start + RFT + pass-rate control
-# (+ pass-rate control alone is the curriculum run's folder.) Each arm's folder is
-# runs/fl-levers-$ARM-s$SEED; rerun to resume. For plain and rft, link the curriculum run's
+# (+ pass-rate control alone is the curriculum run's folder.) LR sets the actor's learning
+# rate (2e-5, the 100-step run's, unless given; another value names the folder
+# runs/fl-levers-$ARM-lr$LR-s$SEED). Each arm's folder is runs/fl-levers-$ARM-s$SEED; rerun
+# to resume. For plain and rft, link the curriculum run's
 # sft/ and sft-eval/ into the folder first to reuse its format-only SFT stage:
 #   mkdir -p runs/fl-levers-rft-s1 && ln -s ../fl-curriculum-s1/sft runs/fl-levers-rft-s1/sft
 #   ln -s ../fl-curriculum-s1/sft-eval runs/fl-levers-rft-s1/sft-eval
 cd "$(dirname "$0")/../../.."  # the repository root
 ARM=${ARM:?set ARM=plain, rft, world-model or all}
 SEED=${SEED:-1}
+LR=${LR:-2e-5}
+RUN=runs/fl-levers-$ARM-s$SEED
+[ "$LR" = 2e-5 ] || RUN=runs/fl-levers-$ARM-lr$LR-s$SEED
 case "$ARM" in
   plain) LEVERS=(--sft-from random) ;;
   rft) LEVERS=(--sft-from random --rft-rounds 1 --rft-seeds 128 --rft-samples 8) ;;
@@ -23,8 +28,8 @@ case "$ARM" in
   *) echo "ARM must be plain, rft, world-model or all, not $ARM" >&2; exit 2 ;;
 esac
 exec .venv/bin/starpo demo --env frozenlake --sft-episodes 256 --sft-epochs 1 \
-    --no-base --steps 30 --methods grpo --out runs/fl-levers-$ARM-s$SEED "${LEVERS[@]}" \
+    --no-base --steps 30 --methods grpo --out $RUN "${LEVERS[@]}" \
     'env.kwargs={is_slippery: false}' rollout.format_every_turn=false filter.enabled=false \
-    optim.mini_batch_size=16 optim.micro_batch_size=8 optim.actor_lr=2e-5 \
+    optim.mini_batch_size=16 optim.micro_batch_size=8 optim.actor_lr=$LR \
     algorithm.loss_agg=seq_mean_token_mean trainer.val_every=5 trainer.save_every=5 \
     trainer.keep_every=10 trainer.seed=$SEED trainer.num_threads=${THREADS:-1}

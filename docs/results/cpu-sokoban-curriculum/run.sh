@@ -4,12 +4,18 @@
 # k moves before the end of the solver's solution, k steered towards a pass rate of 1/2.
 # RL as the FrozenLake runs that learned (GRPO, all groups trained, exact gradient, lr
 # 2e-5, 8 levels x 8 a step, 4 optimizer steps a rollout), 60 steps. Rerun to resume.
+# LR (default 2e-5) and STEPS (default 60) override; another LR names the folder
+# runs/sokoban-curriculum-lr$LR-s$SEED. CURRICULUM=false plays the full task every step.
 cd "$(dirname "$0")/../../.."  # the repository root
 SEED=${SEED:-1}
+LR=${LR:-2e-5}
+RUN=runs/sokoban-curriculum-s${SEED}
+[ "$LR" = 2e-5 ] || RUN=runs/sokoban-curriculum-lr$LR-s${SEED}
+[ "${CURRICULUM:-true}" = true ] || RUN=${RUN/curriculum/plain}
 exec .venv/bin/starpo demo --env sokoban --sft-from random --sft-episodes 256 --sft-epochs 1 \
-    --no-base --steps 60 --methods grpo --out runs/sokoban-curriculum-s${SEED} \
+    --no-base --steps ${STEPS:-60} --methods grpo --out $RUN \
     rollout.format_every_turn=false filter.enabled=false \
-    optim.mini_batch_size=16 optim.micro_batch_size=8 optim.actor_lr=2e-5 \
+    optim.mini_batch_size=16 optim.micro_batch_size=8 optim.actor_lr=$LR \
     algorithm.loss_agg=seq_mean_token_mean trainer.val_every=5 trainer.save_every=5 \
-    trainer.keep_every=10 trainer.seed=${SEED} curriculum.enabled=true \
+    trainer.keep_every=10 trainer.seed=${SEED} curriculum.enabled=${CURRICULUM:-true} \
     trainer.num_threads=${THREADS:-1}
