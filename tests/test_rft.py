@@ -129,6 +129,45 @@ def test_a_round_without_a_success_keeps_the_model_it_sampled(tmp_path, monkeypa
     assert not (tmp_path / "rft-1" / "config.json").exists()
 
 
+def test_a_round_run_again_reuses_its_samples_and_a_changed_one_samples_afresh(
+    tmp_path, tiny_model_dir, monkeypatch
+):
+    """A crash in fine-tuning loses no sampling: the rerun trains on exactly the episodes
+    drawn before. Other seeds, or samples cut short, are drawn again."""
+    tokenizer = load_tokenizer(tiny_model_dir)
+    played: list[Trajectory] = []
+    monkeypatch.setattr(rejection, "sample_episodes", _sampler(tokenizer, played))
+    out, seeds = tmp_path / "rft-1", range(100_000, 100_008)
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("killed while fine-tuning")
+
+    monkeypatch.setattr("starpo.sft.run.run_sft", crash)
+    args = (str(tiny_model_dir), out, "frozenlake", SETTINGS)
+    kwargs = dict(samples_per_seed=4, options=TrainOptions(epochs=1, val_fraction=0.0),
+                  env_kwargs={"is_slippery": False})  # fmt: skip
+    with pytest.raises(RuntimeError, match="killed"):
+        rft_round(*args, seeds=seeds, **kwargs)
+    drawn = list(played)
+    assert len(drawn) == 32 and (out / "samples" / rejection.SAMPLED_FILE).exists()
+    monkeypatch.undo()  # the real fine-tuning again, and a sampler that must not be called
+    monkeypatch.setattr(rejection, "sample_episodes", lambda *a, **k: pytest.fail("resampled"))
+    record = rft_round(*args, seeds=seeds, **kwargs)
+    trained = [Trajectory.from_json(line) for line in open(out / "sft_data.jsonl")]
+    assert [t.token_ids for t in trained] == [t.token_ids for t in drawn if t.success]
+    assert record["sampled"] == 32 and record["kept"] == len(trained) > 0
+
+    played.clear()
+    monkeypatch.setattr(rejection, "sample_episodes", _sampler(tokenizer, played))
+    rft_round(*args, seeds=range(100_000, 100_006), **kwargs)  # other seeds: drawn again
+    assert len(played) == 24
+    lines = (out / "samples" / "trajectories.jsonl").read_text().splitlines()
+    (out / "samples" / "trajectories.jsonl").write_text("\n".join(lines[:5]) + "\n")
+    played.clear()
+    rft_round(*args, seeds=range(100_000, 100_006), **kwargs)  # cut short: drawn again
+    assert len(played) == 24
+
+
 # ------------------------------------------------------------------------ the recipe
 ROW = {"success": 0.5, "success_ci95_low": 0.4, "success_ci95_high": 0.6, "format_ok": 1.0}
 
