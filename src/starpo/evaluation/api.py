@@ -115,6 +115,7 @@ class ApiPlayer(RolloutEngine):
                 "a tool-calling env needs the whole dialogue in each prompt; set "
                 "--context-window full"
             )
+        prompts.check_tool_format(self.settings.tool_format, native=True, lays_out="the API")
         self.tool_schemas = env.tool_schemas()
         self.prefix = prompts.tool_generation_prefix(self.settings.think)
 

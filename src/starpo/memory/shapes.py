@@ -173,7 +173,9 @@ def _tool_episode_shape(s: Any, tokenizer: Any, env: Any, state: str) -> Episode
         max_response_words=s.max_response_words,
         syntax=chat.call_syntax,
     )
-    system = prompts.tool_system_prompt(schemas, native=chat.native_tools)
+    system = prompts.tool_system_prompt(
+        schemas, native=chat.native_tools, tool_format=s.tool_format
+    )
     return EpisodeShape(
         prompt_tokens=len(chat.first_prompt(system, first)),
         turn_tokens=len(chat.tool_results([state] * s.max_actions_per_turn)),

@@ -198,7 +198,13 @@ class RolloutEngine:
         key = repr(schemas)
         if key not in self._tool_chats:
             self._tool_chats[key] = ChatTokens(self.tokenizer, self.prefix, tools=schemas)
-        self.chat, self.tool_schemas = self._tool_chats[key], schemas
+        chat = self._tool_chats[key]
+        prompts.check_tool_format(
+            self.settings.tool_format,
+            native=chat.native_tools,
+            lays_out="this model's chat template",
+        )
+        self.chat, self.tool_schemas = chat, schemas
         # One call a turn ends at its </tool_call> (what follows would be ignored); with
         # several, the model ends its reply itself.
         one_call = self.settings.stop_at_answer and self.settings.max_actions_per_turn == 1
@@ -217,7 +223,9 @@ class RolloutEngine:
         """The system message of this run's episodes (with the tools of a tool env)."""
         if self.tool_schemas is None:
             return prompts.SYSTEM_PROMPT
-        return prompts.tool_system_prompt(self.tool_schemas, native=self.chat.native_tools)
+        return prompts.tool_system_prompt(
+            self.tool_schemas, native=self.chat.native_tools, tool_format=self.settings.tool_format
+        )
 
     def _play_turns(
         self, episodes: list[_Episode], on_turn: Callable[[int], None] | None

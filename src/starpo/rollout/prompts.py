@@ -20,7 +20,9 @@ import json
 from typing import Any
 
 from starpo.envs import TextEnv
+from starpo.errors import UserError
 from starpo.rollout.parser import BARE_JSON, TAGGED
+from starpo.rollout.signatures import tool_signature
 
 SYSTEM_PROMPT = "You're a helpful assistant."
 
@@ -129,21 +131,54 @@ CALL_SHAPES = {
 }
 
 
-def tools_block(schemas: list[dict[str, Any]]) -> str:
-    """The tools, described in the system message for a chat template that does not lay
-    them out itself (`ChatTokens.tools.native` false, e.g. SmolLM2's): one JSON schema a
-    line, and how to call them."""
+def _json_listing(schemas: list[dict[str, Any]]) -> tuple[str, str, str]:
+    """(what the listing is, one JSON schema a line, how to write the arguments)."""
     lines = "\n".join(json.dumps(schema, ensure_ascii=False) for schema in schemas)
+    return "Their signatures are JSON schemas", lines, ""
+
+
+def _signature_listing(schemas: list[dict[str, Any]]) -> tuple[str, str, str]:
+    """(what the listing is, one signature a line, how to write the arguments): the lines
+    are no JSON, so the block says the call's arguments still are."""
+    lines = "\n".join(tool_signature(schema) for schema in schemas)
+    return "Their signatures (name?: an optional argument) are", lines, " with JSON arguments"
+
+
+#: How the system message lists the tools, by `EpisodeSettings.tool_format`.
+TOOL_LISTINGS = {"json": _json_listing, "signatures": _signature_listing}
+
+
+def tools_block(schemas: list[dict[str, Any]], tool_format: str = "json") -> str:
+    """The tools, described in the system message for a chat template that does not lay
+    them out itself (`ChatTokens.tools.native` false, e.g. SmolLM2's): one a line, as a
+    JSON schema or a signature (`tool_format`, see `starpo.rollout.signatures`), and how
+    to call them (the same call shape either way)."""
+    what, lines, arguments = TOOL_LISTINGS[tool_format](schemas)
     return (
-        "You can call tools. Their signatures are JSON schemas within <tools></tools>:\n"
-        f"<tools>\n{lines}\n</tools>\nCall a tool by writing {TOOL_CALL_SHAPE}; each "
-        "result comes back in the next message."
+        f"You can call tools. {what} within <tools></tools>:\n"
+        f"<tools>\n{lines}\n</tools>\nCall a tool by writing {TOOL_CALL_SHAPE}{arguments}; "
+        "each result comes back in the next message."
     )
 
 
-def tool_system_prompt(schemas: list[dict[str, Any]], *, native: bool) -> str:
-    """The system message of a tool-calling episode (a native template adds the tools)."""
-    return SYSTEM_PROMPT if native else f"{SYSTEM_PROMPT}\n{tools_block(schemas)}"
+def tool_system_prompt(
+    schemas: list[dict[str, Any]], *, native: bool, tool_format: str = "json"
+) -> str:
+    """The system message of a tool-calling episode (a native template adds the tools
+    itself, and `tool_format` plays no part: `check_tool_format`)."""
+    return SYSTEM_PROMPT if native else f"{SYSTEM_PROMPT}\n{tools_block(schemas, tool_format)}"
+
+
+def check_tool_format(tool_format: str, *, native: bool, lays_out: str) -> None:
+    """A one-line UserError for a compact tool listing asked of a policy whose tools are
+    laid out by someone else (`lays_out`: "this model's chat template", "the API"): the
+    setting would silently change nothing."""
+    if native and tool_format != "json":
+        raise UserError(
+            f"tool_format={tool_format} rewrites the tools in the system message, but "
+            f"{lays_out} lays them out itself; use rollout.tool_format=json (starpo eval and "
+            "starpo sft: --tool-format json)"
+        )
 
 
 def tool_format_instruction(
