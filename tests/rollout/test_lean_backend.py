@@ -148,8 +148,27 @@ def test_kv_store_shares_prompt_blocks_between_rows_without_copying_them():
     assert store.shared_rows.tolist() == [1, 0]
     groups = store.sharing_groups()
     assert [(block, rows.tolist()) for block, rows in groups] == [(0, [1]), (1, [0])]
-    with pytest.raises(ValueError, match="already"):
-        store.share(torch.tensor([0, 1]))
+
+
+def test_sharing_again_folds_the_old_blocks_into_the_new_ones():
+    # A common start read by every row, then each row's prompt shared by its rollouts:
+    # the new blocks hold the whole history of the rows they were made from.
+    store = KVStore(layers=1, rows=1, kv_heads=1, head_dim=2, dtype=torch.float32, device="cpu")
+    start = torch.arange(6, dtype=torch.float32).view(1, 1, 3, 2)
+    store.ensure(10)
+    store.write(0, start, -start)
+    store.length += 3
+    store.share(torch.zeros(2, dtype=torch.long))  # two prompts read the common start
+    tails = torch.tensor([[[[10.0, 11.0]]], [[[20.0, 21.0]]]])
+    store.write(0, tails, -tails)
+    store.length += 1
+    store.share(torch.tensor([1, 1, 0]))  # three rollouts: two of prompt 1, one of prompt 0
+    assert (store.rows, store.shared, store.length) == (3, 4, 4)
+    whole = torch.cat([start.expand(2, -1, -1, -1), tails], dim=2)
+    torch.testing.assert_close(store.shared_keys[0], whole)
+    torch.testing.assert_close(store.shared_values[0], -whole)
+    assert store.capacity - store.length >= 6  # the room reserved for the turn survives
+    assert [(b, r.tolist()) for b, r in store.sharing_groups()] == [(0, [2]), (1, [0, 1])]
 
 
 def test_lean_support_names_what_is_missing(tiny):
@@ -234,6 +253,8 @@ def test_auto_matmul_kernel_is_onednn_for_fp32_on_a_cpu_only():
 
 COMMON = list(range(30, 60))  # a 30-token common start, as a system prompt is
 SHARED_START = [COMMON + [5, 6], COMMON + [5, 6], COMMON + [7], COMMON + [8, 9, 10, 11]]
+#: An evaluation's prompts: every case its own, all after one system prompt.
+DISTINCT_START = [COMMON + [5, 6], COMMON + [4], COMMON + [7], COMMON + [8, 9, 10, 11]]
 
 
 @pytest.mark.parametrize(
@@ -241,9 +262,10 @@ SHARED_START = [COMMON + [5, 6], COMMON + [5, 6], COMMON + [7], COMMON + [8, 9, 
     [(HFBackend, None), (LeanBackend, 16), (LeanBackend, 10**6)],
     ids=["hf", "lean", "lean-two-matmuls"],
 )
+@pytest.mark.parametrize("prompts", [SHARED_START, DISTINCT_START], ids=["groups", "distinct"])
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_a_common_prompt_start_is_encoded_once_and_changes_nothing(
-    tiny, backend_class, copy_from, temperature, monkeypatch
+    tiny, backend_class, copy_from, prompts, temperature, monkeypatch
 ):
     # The second turn feeds 1-19 tokens a row: on the lean backend a feed that wide reads
     # the shared blocks copied into each row (FUSED_SHARED_WIDTH), or through two matmuls.
@@ -258,7 +280,7 @@ def test_a_common_prompt_start_is_encoded_once_and_changes_nothing(
         fed = []
         feed = backend._feed
         monkeypatch.setattr(backend, "_feed", lambda chunks: fed.append(chunks) or feed(chunks))
-        requests = [GenerationRequest(i, list(p)) for i, p in enumerate(SHARED_START)]
+        requests = [GenerationRequest(i, list(p)) for i, p in enumerate(prompts)]
         first = backend.generate(requests, params)
         second = backend.generate(
             [GenerationRequest(i, list(range(20, 40))[: 1 + 6 * i]) for i in range(4)], params
@@ -268,7 +290,7 @@ def test_a_common_prompt_start_is_encoded_once_and_changes_nothing(
     shared, first_feed = play(share=True)
     separate, first_separate = play(share=False)
     assert first_feed == [COMMON]  # the common start once, for one row
-    assert first_separate == [SHARED_START[0], SHARED_START[2], SHARED_START[3]]
+    assert first_separate == list(map(list, dict.fromkeys(map(tuple, prompts))))
     assert [g.token_ids for g in shared] == [g.token_ids for g in separate]
     for a, b in zip(shared, separate, strict=True):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
@@ -278,3 +300,25 @@ def test_common_prefix_length_leaves_every_sequence_a_token():
     assert common_prefix_length([[1, 2, 3], [1, 2, 4]]) == 2
     assert common_prefix_length([[1, 2], [1, 2, 3]]) == 1
     assert common_prefix_length([[4], [5]]) == 0
+
+
+@pytest.mark.parametrize(
+    "prompts,blocks,shared",
+    [(DISTINCT_START, 1, len(COMMON)), (SHARED_START, 3, None)],
+    ids=["distinct", "groups"],
+)
+def test_the_lean_cache_holds_a_common_start_once(tiny, prompts, blocks, shared):
+    # Distinct prompts (an evaluation) read one block holding the system prompt; prompts
+    # that rollouts share get a block each, the common start folded into them.
+    model, tokenizer = tiny
+    backend = LeanBackend(model, pad_token_id=tokenizer.pad_token_id, seed=5)
+    requests = [GenerationRequest(i, list(p)) for i, p in enumerate(prompts)]
+    backend.generate(requests, SamplingParams(max_new_tokens=3, temperature=1.0))
+    store = backend._cache
+    assert store.shared_keys[0].shape[0] == blocks
+    assert store.shared == (shared or max(map(len, prompts)))
+    assert sorted(set(store.shared_rows.tolist())) == list(range(blocks))
+    backend = LeanBackend(model, pad_token_id=tokenizer.pad_token_id, seed=5)
+    backend.share_common_start = False  # the copy per prompt, as before
+    backend.generate(requests, SamplingParams(max_new_tokens=3, temperature=1.0))
+    assert backend._cache.shared == (0 if blocks == 1 else max(map(len, prompts)))

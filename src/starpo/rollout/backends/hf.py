@@ -315,8 +315,13 @@ class HFBackend:
             return self._feed(distinct), index
         self._empty_cache(1)
         self._feed([distinct[0][:common]])
-        self._copy_rows(torch.zeros(len(distinct), dtype=torch.long, device=self.device))
+        self._give_common_start(len(distinct))
         return self._feed([chunk[common:] for chunk in distinct]), index
+
+    def _give_common_start(self, rows: int) -> None:
+        """The one row holding the prompts' common start becomes `rows` rows: a copy each
+        here; the lean backend's cache lets them all read one block."""
+        self._copy_rows(torch.zeros(rows, dtype=torch.long, device=self.device))
 
     def _copy_rows(self, rows: torch.Tensor) -> None:
         """Cache and mask rows `rows` of the current ones (repeats copy a row)."""

@@ -62,6 +62,9 @@ class LeanBackend(HFBackend):
             "lean", str(weights_dtype).removeprefix("torch."), exact, self.lean.kernel
         )
         self.room = 0  # columns the current generate() call may still append
+        # Exact either way (the same tokens, log-probs within fp32 rounding); off only to
+        # measure it (bench/bench_shared_start.py).
+        self.share_common_start = True
 
     def update_weights(self, model: Any, version: int) -> None:
         super().update_weights(model, version)
@@ -80,6 +83,16 @@ class LeanBackend(HFBackend):
     def _share_rows(self, rows: torch.Tensor) -> None:
         self._cache.share(rows)  # the prompts' blocks, read by index: no copy per row
         self._mask = self._mask[rows]
+
+    def _give_common_start(self, rows: int) -> None:
+        # One block every row reads (the system prompt, a tool env's ~500 tokens of tool
+        # schemas and rules): attention reads it once a step for all rows, where a copy
+        # per distinct prompt was read once per row in an evaluation (every case its own
+        # prompt). A group's prompt shared later folds it into the group's block.
+        if self.share_common_start:
+            self._share_rows(torch.zeros(rows, dtype=torch.long, device=self.device))
+        else:
+            super()._give_common_start(rows)
 
     def _forward(self, input_ids: torch.Tensor, new_mask: torch.Tensor) -> torch.Tensor:
         positions = self._extend_mask(new_mask)

@@ -70,19 +70,32 @@ class KVStore:
 
     def share(self, index: torch.Tensor) -> None:
         """Rows become `index` of the current rows (repeats allowed), which turn into the
-        shared blocks: nothing is copied per row. Once per cache (the first turn's
-        prompts); later row selections copy the rows' own buffers and remap
-        `shared_rows`."""
-        if self.shared:
-            raise ValueError("the cache already has shared blocks")
+        shared blocks: nothing is copied per row. Later row selections copy the rows' own
+        buffers and remap `shared_rows`.
+
+        A cache that already has blocks (a common system prompt read by every row) folds
+        them into the new ones: each new block is its row's old block followed by the
+        row's own columns, so a block always starts at column 0. Sharing a prompt start
+        with every distinct prompt and then each prompt with its rollouts gives per-prompt
+        blocks, as sharing the prompts alone would."""
+        spare = self.capacity - self.length  # the turn's reserved room
+        self.shared_keys = [self._whole(k, i, self.shared_keys) for i, k in enumerate(self.keys)]
+        self.shared_values = [
+            self._whole(v, i, self.shared_values) for i, v in enumerate(self.values)
+        ]
         self.shared = self.length
-        self.shared_keys = [k[:, :, : self.length].clone() for k in self.keys]
-        self.shared_values = [v[:, :, : self.length].clone() for v in self.values]
         self.shared_rows = index.clone()
-        spare = self.keys[0].shape[2] - self.length  # the turn's reserved room
         for store in (self.keys, self.values):
             for i, old in enumerate(store):
                 store[i] = old.new_empty(len(index), old.shape[1], spare, old.shape[3])
+
+    def _whole(self, own: torch.Tensor, layer: int, blocks: list[torch.Tensor]) -> torch.Tensor:
+        """Every filled column of each current row of `layer` in one tensor: its shared
+        block (when it reads one) followed by its own columns."""
+        mine = own[:, :, : self.length - self.shared]
+        if not self.shared:
+            return mine.clone()
+        return torch.cat([blocks[layer][self.shared_rows], mine], dim=2)
 
     def batch_select_indices(self, index: torch.Tensor) -> None:
         """Keep rows `index`, in that order (repeats copy a row: a shared prompt)."""

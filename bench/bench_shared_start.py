@@ -1,0 +1,118 @@
+"""An evaluation's rollouts with the system prompt held once: the lean decoder's cache with
+one block every row reads, against a copy of it per prompt.
+
+    python bench/bench_shared_start.py [--env invoice] [--cases 64] [--repeats 2]
+    python bench/bench_shared_start.py --model runs/invoice/sft   # an SFT policy's replies
+
+In an evaluation every case is its own prompt, so no rollouts share one, but all of them
+start with the same system message: a tool env's ~500 tokens of tool schemas and rules
+(SmolLM2's template), over a third of an invoice dialogue's first prompt. starpo encodes
+that common start once either way; the question is what the cache holds afterwards:
+
+- copy per prompt: each row gets its own copy of the start's keys and values, and
+  attention reads it once per row at every decode step;
+- one block: every row reads one shared block (`LeanBackend.share_common_start`, the
+  default), so a decode step's attention reads it once for all rows.
+
+Both play the same cases greedily with the env preset's episode layout, side by side in one
+process, alternating, `--repeats` times each (the median is printed). Printed: seconds,
+generated tokens/s, the ratio, and how many episodes the two played token for token: all
+of them with fp32 weights (the two differ only in the order attention sums its terms); with
+bf16 weights (the default on a CPU with native bf16) a greedy near-tie may fall either way.
+The CPU's capability and the weights' dtype are printed with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import torch  # noqa: E402
+
+from starpo.config import load_config  # noqa: E402
+from starpo.models import load_model  # noqa: E402
+from starpo.models.precision import rollout_dtype  # noqa: E402
+from starpo.rollout import RolloutEngine  # noqa: E402
+from starpo.rollout.backends.lean import LeanBackend  # noqa: E402
+
+PRESETS = {"invoice": "cpu-invoice-sft-starpo-s", "support": "cpu-support-sft-starpo-s"}
+
+
+def play(backend: LeanBackend, tokenizer, settings, env: str, seeds: list[int]):
+    """(seconds, trajectories) of one greedy pass over `seeds`, a row each."""
+    backend.reset()
+    engine = RolloutEngine(backend, tokenizer, settings)
+    started = time.perf_counter()
+    trajectories = engine.run(env, seeds, group_size=1)
+    return time.perf_counter() - started, trajectories
+
+
+def generated(trajectories) -> int:
+    return sum(sum(t.loss_mask) for t in trajectories)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", choices=sorted(PRESETS), default="invoice")
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--cases", type=int, default=64, help="cases, decoded in one batch")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument(
+        "--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
+        help="the decoder's weights (auto: bf16 on a CPU with native bf16, else fp32)",
+    )  # fmt: skip
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    cfg = load_config(PRESETS[args.env])
+    settings = cfg.rollout.settings(temperature=0.0)
+    model, tokenizer = load_model(args.model)
+    model.eval()
+    dtype = rollout_dtype(args.dtype, torch.float32, torch.device("cpu"))
+    backend = LeanBackend(model, pad_token_id=tokenizer.pad_token_id, weights_dtype=dtype)
+    seeds = list(range(cfg.trainer.val_seed_start, cfg.trainer.val_seed_start + args.cases))
+    print(
+        f"{args.env}, {args.cases} cases in one batch, greedy, up to {settings.max_turns} "
+        f"turns of {settings.max_new_tokens} tokens; model {args.model}, lean decoder with "
+        f"{str(dtype).removeprefix('torch.')} weights; CPU capability "
+        f"{torch.backends.cpu.get_cpu_capability()}, {args.threads} threads, "
+        f"torch {torch.__version__}"
+    )
+    backend.share_common_start = True
+    play(backend, tokenizer, settings, args.env, seeds[:2])  # warm-up: allocator, kernels
+    times: dict[bool, list[float]] = {True: [], False: []}
+    played: dict[bool, list] = {}
+    for _ in range(args.repeats):
+        for shared in (False, True):
+            backend.share_common_start = shared
+            elapsed, trajectories = play(backend, tokenizer, settings, args.env, seeds)
+            times[shared].append(elapsed)
+            played[shared] = trajectories
+    tokens = generated(played[True])
+    pairs = list(zip(played[True], played[False], strict=True))
+    same = sum(a.token_ids == b.token_ids for a, b in pairs)
+    print(f"{'cache':<32}{'seconds':>9}{'tokens/s':>10}{'ratio':>8}")
+    base = statistics.median(times[False])
+    for shared, label in ((False, "a copy of the start per prompt"), (True, "one block for all")):
+        median = statistics.median(times[shared])
+        print(f"{label:<32}{median:>9.1f}{tokens / median:>10.1f}{base / median:>7.2f}x")
+    print(
+        f"{tokens} generated tokens a pass; episodes with the same tokens both ways: {same} "
+        f"of {len(pairs)}"
+        + (
+            ""
+            if dtype == torch.float32
+            else " (bf16 weights round each layer's input: a "
+            "near-tie the two attention orders break differently changes a greedy token)"
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
