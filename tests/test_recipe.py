@@ -6,10 +6,12 @@ refused."""
 
 from __future__ import annotations
 
+import datetime
 import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from starpo.config import load_config
 from starpo.errors import UserError
@@ -57,6 +59,11 @@ def test_recipe_runs_every_stage_and_resumes(tmp_path: Path, tiny_model_dir: Pat
     }
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["rows"] == results["rows"]
+    # the table names the machine it was measured on: cores, CPU capability, bf16, date
+    capability = torch.backends.cpu.get_cpu_capability()
+    assert f"torch capability {capability}" in saved["machine"]
+    assert saved["date"] == datetime.datetime.now(datetime.UTC).date().isoformat()
+    assert saved["machine"] in format_results(saved).splitlines()[0]
 
     capsys.readouterr()
     again = run_recipe(

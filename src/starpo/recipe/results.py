@@ -89,7 +89,8 @@ def format_results(results: dict[str, Any]) -> str:
     judged = any("optimal_action_rate" in row for row in rows.values())
     lines = [
         f"{results['env']}: validation seeds from {results['val_seed_start']}, "
-        f"preset {results['preset']}",
+        f"preset {results['preset']}"
+        + (f"; {results['machine']}, {results['date']}" if "machine" in results else ""),
         f"{'policy':<{width}}{'episodes':>9}{'success':>9}  {'95% CI':<17}{'format ok':>10}"
         + (f"{'optimal moves':>15}" if judged else ""),
     ]

@@ -454,6 +454,7 @@ def run_recipe(
     `overrides`: dotted config overrides of the RL preset (its model.name is the base);
     `methods`: the RL methods (METHODS), each from the same SFT model; `base_rows`: also
     evaluate the base model (with and without a think block)."""
+    from starpo.compute.machine import describe_machine, today
     from starpo.config import load_config
 
     methods = check_methods(methods)
@@ -555,6 +556,8 @@ def run_recipe(
         seeds = min(recipe.base_think_seeds, recipe.eval_seeds)
         rows["base, think"] = evaluation("base, think", "base-think", base, think_settings, seeds)
     results = {
+        "machine": describe_machine(),  # every figure names its machine (DESIGN.md)
+        "date": today(),
         "env": env_id,
         "preset": recipe.preset,
         "env_kwargs": dict(cfg.env.kwargs),
