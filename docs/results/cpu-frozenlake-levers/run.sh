@@ -3,18 +3,20 @@
 # steps of 8 maps x 8, the settings of docs/results/cpu-frozenlake-curriculum/run.sh):
 #   ARM=plain        GRPO from the format-only start, no lever
 #   ARM=rft          + rejection-sampling fine-tuning (1 round: 128 training seeds x 8)
+#   ARM=rft3         the same round fine-tuned for 3 epochs at lr 2e-4 (rft-epochs.sh's
+#                    26.6% against 1 epoch at 1e-4's 18.4%)
 #   ARM=world-model  SFT on random play with the state read back and the next one predicted
 #                    in the think block (thinks, so every turn is ~12x longer to decode)
 #   ARM=all          world-model start + RFT + pass-rate control
 # (+ pass-rate control alone is the curriculum run's folder.) LR sets the actor's learning
 # rate (2e-5, the 100-step run's, unless given; another value names the folder
 # runs/fl-levers-$ARM-lr$LR-s$SEED). Each arm's folder is runs/fl-levers-$ARM-s$SEED; rerun
-# to resume. For plain and rft, link the curriculum run's
+# to resume. For plain, rft and rft3, link the curriculum run's
 # sft/ and sft-eval/ into the folder first to reuse its format-only SFT stage:
 #   mkdir -p runs/fl-levers-rft-s1 && ln -s ../fl-curriculum-s1/sft runs/fl-levers-rft-s1/sft
 #   ln -s ../fl-curriculum-s1/sft-eval runs/fl-levers-rft-s1/sft-eval
 cd "$(dirname "$0")/../../.."  # the repository root
-ARM=${ARM:?set ARM=plain, rft, world-model or all}
+ARM=${ARM:?set ARM=plain, rft, rft3, world-model or all}
 SEED=${SEED:-1}
 LR=${LR:-2e-5}
 RUN=runs/fl-levers-$ARM-s$SEED
@@ -22,10 +24,12 @@ RUN=runs/fl-levers-$ARM-s$SEED
 case "$ARM" in
   plain) LEVERS=(--sft-from random) ;;
   rft) LEVERS=(--sft-from random --rft-rounds 1 --rft-seeds 128 --rft-samples 8) ;;
+  rft3) LEVERS=(--sft-from random --rft-rounds 1 --rft-seeds 128 --rft-samples 8
+                --rft-epochs 3 --rft-lr 2e-4) ;;
   world-model) LEVERS=(--sft-from world-model) ;;
   all) LEVERS=(--sft-from world-model --rft-rounds 1 --rft-seeds 128 --rft-samples 8
                curriculum.enabled=true) ;;
-  *) echo "ARM must be plain, rft, world-model or all, not $ARM" >&2; exit 2 ;;
+  *) echo "ARM must be plain, rft, rft3, world-model or all, not $ARM" >&2; exit 2 ;;
 esac
 exec .venv/bin/starpo demo --env frozenlake --sft-episodes 256 --sft-epochs 1 \
     --no-base --steps 30 --methods grpo --out $RUN "${LEVERS[@]}" \

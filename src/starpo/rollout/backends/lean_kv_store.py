@@ -18,7 +18,8 @@ class KVStore:
     kv_heads, shared, head_dim) that row r reads at `shared_rows[r]`, and the per-row
     buffers hold only the columns after them. At the demo's 128 episodes of 4 prompts, the
     ~200-token prompt is held 4 times instead of 128 (1.5 GB less), and attention reads it
-    once per prompt instead of once per row.
+    once per prompt instead of once per row. Distinct prompts (an evaluation's cases)
+    share their common start the same way: one block of the system prompt for all rows.
 
     Offers the two `DynamicCache` methods `HFBackend` calls (`batch_select_indices`,
     `get_seq_length`), so the session bookkeeping is shared.
