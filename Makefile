@@ -58,6 +58,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_decode.py
 	$(BIN)/python bench/bench_int8.py
 	$(BIN)/python bench/bench_rollout.py
+	$(BIN)/python bench/bench_shared_start.py --cases 64 --repeats 1
 	$(BIN)/python bench/bench_update.py
 	$(BIN)/python bench/bench_workers.py
 	$(BIN)/python bench/bench_memory.py
