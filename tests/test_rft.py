@@ -259,6 +259,30 @@ def test_rft_rounds_sample_from_the_newest_model_and_rl_starts_from_the_last(
     assert len(stubbed["rft"]) == done and capsys.readouterr().out.count("done before") == 7
 
 
+def test_a_run_with_one_more_round_keeps_the_rounds_it_has(tmp_path, stubbed, capsys):
+    # A second round's run beside a finished one-round run: its round 1 is the one-round
+    # run's (linked), so only round 2 samples; RFT's evaluation and RL start afresh.
+    argv = ["--env", "frozenlake", "--eval-seeds", "3", "--no-base", "--sft-from", "random",
+            "--rft-seeds", "16", "--rft-samples", "4"]  # fmt: skip
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert demo(*argv, "--out", str(one), "--rft-rounds", "1") == 0
+    two.mkdir()
+    for folder in ("sft", "sft-eval", "rft-1"):
+        (two / folder).symlink_to(one / folder)
+    capsys.readouterr()
+    assert demo(*argv, "--out", str(two), "--rft-rounds", "2") == 0
+    # Round 2 samples from round 1's model, where its record says it was made.
+    assert [model for model, *_ in stubbed["rft"]] == [str(one / "sft"), str(one / "rft-1")]
+    assert "[RFT 1] done before" in capsys.readouterr().out
+    (_, rl_cfg) = stubbed["train"]
+    assert rl_cfg.model.name == str(two / "rft-2")
+    kept = json.loads((two / "rft-2" / "stage.json").read_text())
+    assert kept["settings"]["rft_rounds"] == 2
+    # The one-round run's later stages are not taken for the two-round run's.
+    assert demo(*argv, "--out", str(one), "--rft-rounds", "2") == 2
+    assert f"{one / 'rft-eval'} was made with --rft-rounds 1" in capsys.readouterr().err
+
+
 def test_without_rft_the_recipe_records_and_rows_are_unchanged(tmp_path, stubbed):
     results = run_recipe("frozenlake", tmp_path, RecipeChoices(eval_seeds=3), base_rows=False)
     assert list(results["rows"]) == ["SFT", "SFT + GRPO"]

@@ -5,6 +5,7 @@
 #   ARM=rft          + rejection-sampling fine-tuning (1 round: 128 training seeds x 8)
 #   ARM=rft3         the same round fine-tuned for 3 epochs at lr 2e-4 (rft-epochs.sh's
 #                    26.6% against 1 epoch at 1e-4's 18.4%)
+#   ARM=rft3x2       a second such round (128 new seeds x 8) sampled from the first's model
 #   ARM=world-model  SFT on random play with the state read back and the next one predicted
 #                    in the think block (thinks, so every turn is ~12x longer to decode)
 #   ARM=all          world-model start + RFT + pass-rate control
@@ -15,8 +16,12 @@
 # sft/ and sft-eval/ into the folder first to reuse its format-only SFT stage:
 #   mkdir -p runs/fl-levers-rft-s1 && ln -s ../fl-curriculum-s1/sft runs/fl-levers-rft-s1/sft
 #   ln -s ../fl-curriculum-s1/sft-eval runs/fl-levers-rft-s1/sft-eval
+# For rft3x2, link rft3's first round too (a round is made by the rounds before it alone):
+#   ln -s ../fl-levers-rft3-s1/rft-1 runs/fl-levers-rft3x2-s1/rft-1
+# SEED is the RL stage's seed: SFT and RFT sample with seeds of their own, so a SEED=2 arm
+# links SEED=1's rft-1/ and rft-eval/ as well (rerunning them makes the same round).
 cd "$(dirname "$0")/../../.."  # the repository root
-ARM=${ARM:?set ARM=plain, rft, rft3, world-model or all}
+ARM=${ARM:?set ARM=plain, rft, rft3, rft3x2, world-model or all}
 SEED=${SEED:-1}
 LR=${LR:-2e-5}
 RUN=runs/fl-levers-$ARM-s$SEED
@@ -26,10 +31,12 @@ case "$ARM" in
   rft) LEVERS=(--sft-from random --rft-rounds 1 --rft-seeds 128 --rft-samples 8) ;;
   rft3) LEVERS=(--sft-from random --rft-rounds 1 --rft-seeds 128 --rft-samples 8
                 --rft-epochs 3 --rft-lr 2e-4) ;;
+  rft3x2) LEVERS=(--sft-from random --rft-rounds 2 --rft-seeds 128 --rft-samples 8
+                  --rft-epochs 3 --rft-lr 2e-4) ;;
   world-model) LEVERS=(--sft-from world-model) ;;
   all) LEVERS=(--sft-from world-model --rft-rounds 1 --rft-seeds 128 --rft-samples 8
                curriculum.enabled=true) ;;
-  *) echo "ARM must be plain, rft, rft3, world-model or all, not $ARM" >&2; exit 2 ;;
+  *) echo "ARM must be plain, rft, rft3, rft3x2, world-model or all, not $ARM" >&2; exit 2 ;;
 esac
 exec .venv/bin/starpo demo --env frozenlake --sft-episodes 256 --sft-epochs 1 \
     --no-base --steps 30 --methods grpo --out $RUN "${LEVERS[@]}" \

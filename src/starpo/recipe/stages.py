@@ -472,8 +472,12 @@ def run_recipe(
     wanted = {"sft": made, **{f"sft-{stage}": made for stage in ("eval", *held)}}
     rft_made = {**made, **rft_settings(recipe)}
     rft_folders = [f"rft-{r}" for r in range(1, recipe.rft_rounds + 1)]
+    # Round r is made by rounds 1..r alone: a run asked for one more round keeps the
+    # rounds it has (sampling is most of a round's time) and adds the next.
+    round_made = [{**rft_made, "rft_rounds": r} for r in range(1, recipe.rft_rounds + 1)]
+    wanted.update(zip(rft_folders, round_made, strict=True))
     rft_evals = [f"rft-{stage}" for stage in ("eval", *held)] if rft_folders else []
-    wanted.update(dict.fromkeys([*rft_folders, *rft_evals], rft_made))
+    wanted.update(dict.fromkeys(rft_evals, rft_made))
 
     def rl_config(name: str, start: str | Path) -> Any:
         return load_config(
@@ -527,7 +531,7 @@ def run_recipe(
     start, rounds = str(sft_dir), []
     for r, folder in enumerate(rft_folders, 1):
         work = partial(train_rft, recipe, cfg, out / folder, start, r, _sft_dtype(cfg))
-        rounds.append(run_stage(out / folder, f"RFT {r}", work, rft_made))
+        rounds.append(run_stage(out / folder, f"RFT {r}", work, round_made[r - 1]))
         start = rounds[-1]["model"]  # the next round samples from the newest model
     if rft_folders:
         rows["SFT + RFT"] = evaluation("RFT eval", "rft-eval", start, made=rft_made)
