@@ -3,7 +3,10 @@ switched off and on side by side in one run.
 
     python bench/bench_step.py                       # sokoban and frozenlake
     python bench/bench_step.py --env sokoban --steps 2
-    python bench/bench_step.py --env invoice         # a tool env
+    python bench/bench_step.py --env invoice         # a tool env (or support)
+    python bench/bench_step.py --env invoice --contenders 0 9 --sft-episodes 8 --sft-epochs 1
+                                                     # the preset against every lever
+                                                     # a tool step has, a weak policy
     STARPO_CPU_BF16=0 ATEN_CPU_CAPABILITY=avx2 python bench/bench_step.py   # as on an
                                                      # AVX2-only laptop CPU (fp32 everywhere)
 
@@ -36,18 +39,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import torch  # noqa: E402
 
+from common import memory_bandwidth_gbs  # noqa: E402
 from starpo.compute import flops  # noqa: E402
 from starpo.config import load_config  # noqa: E402
 from starpo.models.precision import cpu_has_native_bf16  # noqa: E402
+from starpo.rollout.backends.lean_decoder import AttentionTally  # noqa: E402
 from starpo.types import Trajectory  # noqa: E402
 
 PRESETS = {
     "sokoban": "cpu-sokoban-sft-starpo-s",
     "frozenlake": "cpu-frozenlake-sft-starpo-s",
-    # A tool env: ~1,150 prompt tokens before the first reply (the tools' schemas), few
+    # The tool envs: ~1,150 prompt tokens before the first reply (the tools' schemas), few
     # tokens a reply: where sharing a group's identical first prompt should pay most.
     "invoice": "cpu-invoice-sft-starpo-s",
+    "support": "cpu-support-sft-starpo-s",
 }
+TOOL_ENVS = ("invoice", "support")
 DEFAULT_ENVS = ["sokoban", "frozenlake"]
 
 
@@ -57,6 +64,14 @@ class Contender:
 
     name: str
     overrides: tuple[str, ...] = ()
+    tools_only: bool = False  # a lever of the tool envs' prompts: skipped elsewhere
+
+    @property
+    def layout(self) -> tuple[str, ...]:
+        """The overrides that change what the SFT policy is shown (its own SFT: a policy
+        fine-tuned on one tool listing and played with another would play other episodes
+        for reasons that are not the step's cost)."""
+        return tuple(o for o in self.overrides if o.startswith("rollout.tool_format="))
 
 
 FIRST_TURN_FORMAT = ("rollout.format_every_turn=false",)
@@ -67,6 +82,8 @@ SMALL_BATCH = ("rollout.num_groups=4", "optim.mini_batch_size=8", "optim.micro_b
 
 # Approximate, opt-in: gradient only through the positions that predict agent tokens.
 DETACHED_CONTEXT = ("optim.detach_context=true",)
+# Prompt-changing, opt-in: a tool env's tools listed one signature line each, not as JSON.
+SIGNATURES = ("rollout.tool_format=signatures",)
 
 #: The first is the preset as it is; the others each switch one lever. Only the exact ones
 #: must play the same episodes: a different prompt layout or batch plays different ones.
@@ -80,6 +97,12 @@ CONTENDERS = (
     Contender("context without gradient (approx.)", DETACHED_CONTEXT),
     Contender(
         "format once + 4x8 + no ctx grad", FIRST_TURN_FORMAT + SMALL_BATCH + DETACHED_CONTEXT
+    ),
+    Contender("tools as signatures (prompt)", SIGNATURES, tools_only=True),
+    Contender(
+        "signatures + the three before",
+        SIGNATURES + FIRST_TURN_FORMAT + SMALL_BATCH + DETACHED_CONTEXT,
+        tools_only=True,
     ),
 )
 
@@ -96,6 +119,8 @@ class StepFigures:
     trained: int = 0  # real tokens of the update batch (each PPO epoch)
     rollout_flops: float = 0.0
     update_flops: float = 0.0
+    # The rollout's attention (lean decoder only; None on the transformers backend).
+    attention: AttentionTally | None = None
     episodes: list[list[Trajectory]] = field(default_factory=list)
 
     @property
@@ -103,9 +128,13 @@ class StepFigures:
         return self.rollout_s + self.update_s + self.other_s
 
 
-def sft_policy(env: str, out: Path, episodes: int, epochs: int) -> Path:
-    """The SFT model the steps start from, trained once into `out/sft-<env>`."""
-    folder = out / f"sft-{env}-{episodes}x{epochs}"
+def sft_policy(
+    env: str, out: Path, episodes: int, epochs: int, layout: tuple[str, ...] = ()
+) -> Path:
+    """The SFT model the steps start from, trained once into `out/sft-<env>...` (one per
+    prompt `layout`: overrides such as the tool listing)."""
+    tag = "".join(f"-{o.split('=', 1)[1]}" for o in layout)
+    folder = out / f"sft-{env}-{episodes}x{epochs}{tag}"
     if (folder / "sft_summary.json").exists():
         return folder
     from starpo.models import DEFAULT_MODEL
@@ -113,7 +142,7 @@ def sft_policy(env: str, out: Path, episodes: int, epochs: int) -> Path:
     from starpo.sft import run_sft
     from starpo.sft.train import TrainOptions
 
-    cfg = load_config(PRESETS[env])
+    cfg = load_config(PRESETS[env], list(layout))
     mixed = compute_dtype("auto", "cpu") == torch.bfloat16
     print(f"[sft] {episodes} solver episodes x {epochs} epochs into {folder} ...", flush=True)
     started = time.perf_counter()
@@ -155,6 +184,9 @@ def run_contender(cfg_name: str, model_dir: Path, contender: Contender, steps: i
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = Trainer(cfg, Path(run_dir), quiet=True)
         backend = trainer.backend
+        lean = getattr(backend, "lean", None)
+        if lean is not None:
+            lean.attention = figures.attention = AttentionTally()  # this contender's alone
         shape = flops.model_shape(trainer.models.actor)
         for step in range(steps):
             fed_before = backend.tokens_fed
@@ -229,6 +261,23 @@ def row(name: str, r: StepFigures, base: StepFigures, peak: float) -> str:
     )
 
 
+def attention_line(name: str, r: StepFigures, bandwidth: float) -> str:
+    """The rollout's attention: its seconds and share of the rollout, for decode steps and
+    wider feeds apart, and decode's key/value reads against the memory bandwidth (a decode
+    step's attention reads every cached column once: bandwidth is its bound)."""
+    a = r.attention
+    if a is None:
+        return f"  {name:<34}attention: not counted (not the lean decoder)"
+    gb = a.decode_bytes / 1e9
+    rate = gb / max(a.decode_s, 1e-9)
+    return (
+        f"  {name:<34}attention: decode {a.decode_s:.1f} s ({a.decode_s / r.rollout_s:.0%} "
+        f"of the rollout), {gb:.1f} GB of keys and values read, {rate:.1f} GB/s = "
+        f"{rate / bandwidth:.0%} of the read bandwidth; prompts and observations "
+        f"{a.feed_s:.1f} s ({a.feed_s / r.rollout_s:.0%})"
+    )
+
+
 def episode_summary(r: StepFigures) -> str:
     """Success and turns of the episodes a contender played."""
     episodes = [t for step in r.episodes for t in step]
@@ -237,12 +286,16 @@ def episode_summary(r: StepFigures) -> str:
     return f"{len(episodes)}, success {successes:.1%}, {turns:.1f} turns"
 
 
-def report(env: str, steps: int, results: dict[str, StepFigures], peak: float) -> None:
+def report(
+    env: str, steps: int, results: dict[str, StepFigures], peak: float, bandwidth: float
+) -> None:
     base = next(iter(results.values()))
     print(f"\n{env}: {PRESETS[env]}, {steps} step(s) from the SFT policy")
     print(HEADER)
     for name, r in results.items():
         print(row(name, r, base, peak))
+    for name, r in results.items():
+        print(attention_line(name, r, bandwidth))
     duplicates, total = duplicate_share([t for step in base.episodes for t in step])
     print(
         f"  {name_of_first(results)}: duplicate (episode, turn) histories {duplicates} of "
@@ -252,6 +305,11 @@ def report(env: str, steps: int, results: dict[str, StepFigures], peak: float) -
 
 def name_of_first(results: dict[str, StepFigures]) -> str:
     return next(iter(results))
+
+
+def contenders_for(env: str, chosen: list[Contender]) -> list[Contender]:
+    """The chosen contenders that apply to `env` (the tool envs' prompt levers only there)."""
+    return [c for c in chosen if env in TOOL_ENVS or not c.tools_only]
 
 
 def parse_args() -> argparse.Namespace:
@@ -279,21 +337,31 @@ def main() -> None:
         f"native bf16 {'yes' if bf16 else 'no'}, torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads"
     )
-    models = {e: sft_policy(e, args.out, args.sft_episodes, args.sft_epochs) for e in args.env}
+    chosen = [CONTENDERS[i] for i in args.contenders] if args.contenders else list(CONTENDERS)
+    plan = {env: contenders_for(env, chosen) for env in args.env}
+    models = {
+        (env, c.layout): sft_policy(env, args.out, args.sft_episodes, args.sft_epochs, c.layout)
+        for env, contenders in plan.items()
+        for c in contenders
+    }
     if args.sft_only:
         return
     peak = flops.measure_matmul_peak(torch.float32)
-    print(f"fp32 matmul peak measured now: {peak:.1f} GFLOP/s")
-    chosen = [CONTENDERS[i] for i in args.contenders] if args.contenders else list(CONTENDERS)
-    for env in args.env:
+    bandwidth = memory_bandwidth_gbs()
+    print(
+        f"fp32 matmul peak measured now: {peak:.1f} GFLOP/s; memory read bandwidth "
+        f"{bandwidth:.1f} GB/s"
+    )
+    for env, contenders in plan.items():
         results = {}
-        for contender in chosen:
+        for contender in contenders:
             print(f"[{env}] {contender.name} ...", flush=True)
-            figures = run_contender(PRESETS[env], models[env], contender, args.steps)
+            model = models[env, contender.layout]
+            figures = run_contender(PRESETS[env], model, contender, args.steps)
             results[contender.name] = figures
             first = next(iter(results.values()))
             print(HEADER + "\n" + row(contender.name, figures, first, peak), flush=True)
-        report(env, args.steps, results, peak)
+        report(env, args.steps, results, peak, bandwidth)
 
 
 if __name__ == "__main__":

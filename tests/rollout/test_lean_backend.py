@@ -322,3 +322,40 @@ def test_the_lean_cache_holds_a_common_start_once(tiny, prompts, blocks, shared)
     backend.share_common_start = False  # the copy per prompt, as before
     backend.generate(requests, SamplingParams(max_new_tokens=3, temperature=1.0))
     assert backend._cache.shared == (0 if blocks == 1 else max(map(len, prompts)))
+
+
+def _count_feed_widths(lean) -> list[int]:
+    """The width (tokens a row) of every forward `lean` runs from now on."""
+    widths, forward = [], lean.forward
+
+    def counted(ids, *rest):
+        widths.append(ids.shape[1])
+        return forward(ids, *rest)
+
+    lean.forward = counted
+    return widths
+
+
+def test_the_attention_tally_counts_a_shared_block_once_per_decode_step(tiny):
+    # An evaluation's 4 distinct prompts over one system prompt: with the common start in
+    # one block, a decode step's attention reads that block once, not once per row; both
+    # ways play the same greedy tokens, so the byte counts differ by exactly that.
+    model, tokenizer = tiny
+    requests = [GenerationRequest(i, list(p)) for i, p in enumerate(DISTINCT_START)]
+    params = SamplingParams(max_new_tokens=4, temperature=0.0)
+    tallies, tokens, decode_steps = {}, {}, {}
+    for share in (True, False):
+        backend = LeanBackend(model, pad_token_id=tokenizer.pad_token_id, seed=5)
+        backend.share_common_start = share
+        widths = _count_feed_widths(backend.lean)
+        tokens[share] = [g.token_ids for g in backend.generate(requests, params)]
+        tallies[share] = backend.lean.attention
+        decode_steps[share] = widths.count(1)
+    assert tokens[True] == tokens[False] and decode_steps[True] == decode_steps[False] > 0
+    shared, copied = tallies[True], tallies[False]
+    assert shared.decode_s > 0 and shared.feed_s > 0 and shared.feed_bytes > 0
+    config = model.config
+    head_dim = config.hidden_size // config.num_attention_heads
+    one_block = 2 * 4 * config.num_key_value_heads * len(COMMON) * head_dim  # K and V, fp32
+    saved = decode_steps[True] * config.num_hidden_layers * one_block * (len(requests) - 1)
+    assert copied.decode_bytes - shared.decode_bytes == saved

@@ -16,6 +16,7 @@ window); `lean_support(model)` names what is missing otherwise.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,6 +118,39 @@ def _refill(target: torch.Tensor | None, parts: list[torch.Tensor | None]) -> No
         start += len(part)
 
 
+@dataclass
+class AttentionTally:
+    """Where decoding's attention time goes (`LeanLlama.attention`; bench/bench_step.py
+    prints it): seconds spent in attention and the key and value bytes it read, for decode
+    steps (one query a row: bound by memory bandwidth, every cached column read once per
+    step) and for wider feeds (prompts, observations) apart."""
+
+    decode_s: float = 0.0
+    decode_bytes: int = 0
+    feed_s: float = 0.0
+    feed_bytes: int = 0
+
+    def add(self, decode: bool, seconds: float, read: int) -> None:
+        if decode:
+            self.decode_s += seconds
+            self.decode_bytes += read
+        else:
+            self.feed_s += seconds
+            self.feed_bytes += read
+
+
+def kv_bytes_read(
+    keys: torch.Tensor, blocks: tuple[torch.Tensor, torch.Tensor] | None, groups: list
+) -> int:
+    """Key and value bytes one layer's attention reads: every row's own columns, plus each
+    shared block read (once for all the rows that read it, `LeanLlama._attend_shared`)."""
+    read = 2 * keys.numel() * keys.element_size()
+    if blocks is not None:
+        block = blocks[0][0]
+        read += 2 * len(groups) * block.numel() * block.element_size()
+    return read
+
+
 class LeanLlama:
     """The decoder's forward for generation: token ids in, last-position logits out."""
 
@@ -140,6 +174,7 @@ class LeanLlama:
         head = model.get_output_embeddings().weight
         tied = head.data_ptr() == model.model.embed_tokens.weight.data_ptr()
         self.lm_head = self.embed if tied else _build([head], weights_dtype)
+        self.attention = AttentionTally()  # read by benches; costs two clock reads a layer
         self._pack()
 
     def _pack(self) -> None:
@@ -202,11 +237,12 @@ class LeanLlama:
             qk = _rotate(qkv[:, :rotated], cos, sin)
             keys, values = store.write(i, qk[:, self.heads :], qkv[:, rotated:])
             queries = qk[:, : self.heads]
+            started = time.perf_counter()
             if copy_blocks:
                 keys = torch.cat([store.shared_keys[i][store.shared_rows], keys], dim=2)
                 values = torch.cat([store.shared_values[i][store.shared_rows], values], dim=2)
+            blocks = (store.shared_keys[i], store.shared_values[i]) if shared else None
             if shared:
-                blocks = (store.shared_keys[i], store.shared_values[i])
                 att = self._attend_shared(queries, keys, values, bias, blocks, shared)
             elif bias is None:
                 att = F.scaled_dot_product_attention(
@@ -219,6 +255,9 @@ class LeanLlama:
                 )
             else:
                 att = self._attend(queries, keys, values, bias)
+            self.attention.add(
+                width == 1, time.perf_counter() - started, kv_bytes_read(keys, blocks, shared)
+            )
             att = att.transpose(1, 2).reshape(rows, width, -1).to(self.dtype)
             x = x + self.linear(att, w.o, w.o_bias).float()
             gate_up = self.linear(self._norm(x, w.post_norm), w.gate_up, w.gate_up_bias)
