@@ -18,6 +18,9 @@
 #   ln -s ../fl-curriculum-s1/sft-eval runs/fl-levers-rft-s1/sft-eval
 # For rft3x2, link rft3's first round too (a round is made by the rounds before it alone):
 #   ln -s ../fl-levers-rft3-s1/rft-1 runs/fl-levers-rft3x2-s1/rft-1
+# SLIPPERY=1 plays the slippery lake (a move goes sideways 2 times in 3; random play 23.0%,
+# the optimal policy 51.4%) into runs/fl-levers-$ARM-slippery-s$SEED, with an SFT stage of
+# its own (random play on the slippery lake).
 # SEED is the RL stage's seed: SFT and RFT sample with seeds of their own, so a SEED=2 arm
 # links SEED=1's rft-1/ and rft-eval/ as well (rerunning them makes the same round).
 cd "$(dirname "$0")/../../.."  # the repository root
@@ -26,6 +29,11 @@ SEED=${SEED:-1}
 LR=${LR:-2e-5}
 RUN=runs/fl-levers-$ARM-s$SEED
 [ "$LR" = 2e-5 ] || RUN=runs/fl-levers-$ARM-lr$LR-s$SEED
+SLIPPERY_KWARG=false
+if [ "${SLIPPERY:-0}" = 1 ]; then
+  SLIPPERY_KWARG=true
+  RUN=${RUN/-s$SEED/-slippery-s$SEED}
+fi
 case "$ARM" in
   plain) LEVERS=(--sft-from random) ;;
   rft) LEVERS=(--sft-from random --rft-rounds 1 --rft-seeds 128 --rft-samples 8) ;;
@@ -40,7 +48,7 @@ case "$ARM" in
 esac
 exec .venv/bin/starpo demo --env frozenlake --sft-episodes 256 --sft-epochs 1 \
     --no-base --steps 30 --methods grpo --out $RUN "${LEVERS[@]}" \
-    'env.kwargs={is_slippery: false}' rollout.format_every_turn=false filter.enabled=false \
+    "env.kwargs={is_slippery: $SLIPPERY_KWARG}" rollout.format_every_turn=false filter.enabled=false \
     optim.mini_batch_size=16 optim.micro_batch_size=8 optim.actor_lr=$LR \
     algorithm.loss_agg=seq_mean_token_mean trainer.val_every=5 trainer.save_every=5 \
     trainer.keep_every=10 trainer.seed=$SEED trainer.num_threads=${THREADS:-1}
