@@ -3,6 +3,7 @@ one block every row reads, against a copy of it per prompt.
 
     python bench/bench_shared_start.py [--env invoice] [--cases 64] [--repeats 2]
     python bench/bench_shared_start.py --model runs/invoice/sft   # an SFT policy's replies
+    python bench/bench_shared_start.py --cases 8 --group-size 8   # an RL step's rollouts
 
 In an evaluation every case is its own prompt, so no rollouts share one, but all of them
 start with the same system message: a tool env's ~500 tokens of tool schemas and rules
@@ -14,11 +15,20 @@ that common start once either way; the question is what the cache holds afterwar
 - one block: every row reads one shared block (`LeanBackend.share_common_start`, the
   default), so a decode step's attention reads it once for all rows.
 
-Both play the same cases greedily with the env preset's episode layout, side by side in one
-process, alternating, `--repeats` times each (the median is printed). Printed: seconds,
-generated tokens/s, the ratio, and how many episodes the two played token for token: all
-of them with fp32 weights (the two differ only in the order attention sums its terms); with
-bf16 weights (the default on a CPU with native bf16) a greedy near-tie may fall either way.
+With `--group-size G` the cases are an RL step's groups: G rollouts of each case,
+sampled at the preset's temperature from the same seed both ways. A group's case prompt is
+one block its rollouts read either way; the question is the system prompt: copied into
+every case's block, or a level of its own (a prefix tree: system -> case -> episode), one
+block for all rows.
+
+Both play the same cases greedily (sampled, with groups) with the env preset's episode
+layout, side by side in one process, alternating, `--repeats` times each (the median is
+printed). Printed: seconds, generated tokens/s, the ratio, and how many episodes the two
+played token for token. The two differ only in the order attention sums its terms: with
+fp32 weights, greedy episodes are all the same; sampled ones (groups) agree in log-probs
+within ~3e-5 and may part where a draw falls that close to a token's edge (2 of 4 invoice
+rollouts parted within 2 turns, after 98 and 141 tokens); with bf16 weights (the default
+on a CPU with native bf16) a greedy near-tie may fall either way too.
 The CPU's capability and the weights' dtype are printed with them.
 """
 
@@ -43,12 +53,14 @@ from starpo.rollout.backends.lean import LeanBackend  # noqa: E402
 PRESETS = {"invoice": "cpu-invoice-sft-starpo-s", "support": "cpu-support-sft-starpo-s"}
 
 
-def play(backend: LeanBackend, tokenizer, settings, env: str, seeds: list[int]):
-    """(seconds, trajectories) of one greedy pass over `seeds`, a row each."""
+def play(backend: LeanBackend, tokenizer, settings, env: str, seeds: list[int], group: int = 1):
+    """(seconds, trajectories) of one pass over `seeds`, `group` rows each, sampled from
+    one seed (greedy at temperature 0)."""
     backend.reset()
+    backend.seed(0)
     engine = RolloutEngine(backend, tokenizer, settings)
     started = time.perf_counter()
-    trajectories = engine.run(env, seeds, group_size=1)
+    trajectories = engine.run(env, seeds, group_size=group)
     return time.perf_counter() - started, trajectories
 
 
@@ -61,6 +73,10 @@ def main() -> None:
     parser.add_argument("--env", choices=sorted(PRESETS), default="invoice")
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--cases", type=int, default=64, help="cases, decoded in one batch")
+    parser.add_argument(
+        "--group-size", type=int, default=1,
+        help="rollouts of each case (an RL step's groups, sampled); 1: an evaluation",
+    )  # fmt: skip
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument(
@@ -71,27 +87,29 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     cfg = load_config(PRESETS[args.env])
-    settings = cfg.rollout.settings(temperature=0.0)
+    group = args.group_size
+    settings = cfg.rollout.settings(temperature=0.0 if group == 1 else None)
     model, tokenizer = load_model(args.model)
     model.eval()
     dtype = rollout_dtype(args.dtype, torch.float32, torch.device("cpu"))
     backend = LeanBackend(model, pad_token_id=tokenizer.pad_token_id, weights_dtype=dtype)
     seeds = list(range(cfg.trainer.val_seed_start, cfg.trainer.val_seed_start + args.cases))
+    how = "greedy" if group == 1 else f"{group} rollouts each at temperature {settings.temperature}"
     print(
-        f"{args.env}, {args.cases} cases in one batch, greedy, up to {settings.max_turns} "
+        f"{args.env}, {args.cases} cases in one batch, {how}, up to {settings.max_turns} "
         f"turns of {settings.max_new_tokens} tokens; model {args.model}, lean decoder with "
         f"{str(dtype).removeprefix('torch.')} weights; CPU capability "
         f"{torch.backends.cpu.get_cpu_capability()}, {args.threads} threads, "
         f"torch {torch.__version__}"
     )
     backend.share_common_start = True
-    play(backend, tokenizer, settings, args.env, seeds[:2])  # warm-up: allocator, kernels
+    play(backend, tokenizer, settings, args.env, seeds[:2], group)  # warm-up: allocator
     times: dict[bool, list[float]] = {True: [], False: []}
     played: dict[bool, list] = {}
     for _ in range(args.repeats):
         for shared in (False, True):
             backend.share_common_start = shared
-            elapsed, trajectories = play(backend, tokenizer, settings, args.env, seeds)
+            elapsed, trajectories = play(backend, tokenizer, settings, args.env, seeds, group)
             times[shared].append(elapsed)
             played[shared] = trajectories
     tokens = generated(played[True])
@@ -99,7 +117,12 @@ def main() -> None:
     same = sum(a.token_ids == b.token_ids for a, b in pairs)
     print(f"{'cache':<32}{'seconds':>9}{'tokens/s':>10}{'ratio':>8}")
     base = statistics.median(times[False])
-    for shared, label in ((False, "a copy of the start per prompt"), (True, "one block for all")):
+    labels = (
+        ("a copy of the start per prompt", "one block for all")
+        if group == 1
+        else ("the start in each case's block", "two levels: start, case")
+    )
+    for shared, label in zip((False, True), labels, strict=True):
         median = statistics.median(times[shared])
         print(f"{label:<32}{median:>9.1f}{tokens / median:>10.1f}{base / median:>7.2f}x")
     print(

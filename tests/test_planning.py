@@ -101,9 +101,7 @@ def test_kv_cache_and_episode_length_match_a_lean_rollout(tiny_model_dir, monkey
 
     def recording_ensure(store, columns):
         ensure(store, columns)
-        held = sum(t.nbytes for t in (*store.keys, *store.values, *store.shared_keys))
-        held += sum(t.nbytes for t in store.shared_values)
-        peak["bytes"] = max(peak["bytes"], held)
+        peak["bytes"] = max(peak["bytes"], store.held_bytes())
 
     monkeypatch.setattr(KVStore, "ensure", recording_ensure)
     engine = RolloutEngine(build_lean_backend(model, tokenizer), tokenizer, cfg.rollout.settings())

@@ -135,9 +135,10 @@ def test_kv_store_shares_prompt_blocks_between_rows_without_copying_them():
     store.ensure(5)
     store.write(0, prompts, -prompts)
     store.length += 3
-    store.share(torch.tensor([1, 0, 1, 1]))  # four rows, two of them read prompt 1
+    store.share(torch.tensor([1, 0, 1, 1]))  # four rows, three of them read prompt 1
     assert (store.rows, store.shared, store.capacity) == (4, 3, 8)
-    torch.testing.assert_close(store.shared_keys[0], prompts)
+    (level,) = store.levels
+    torch.testing.assert_close(level.keys[0], prompts)
     own = torch.full((4, 1, 1, 4), 7.0)
     keys, values = store.write(0, own, -own)  # the next column goes to the rows' buffers
     assert keys.shape == (4, 1, 1, 4)
@@ -145,14 +146,13 @@ def test_kv_store_shares_prompt_blocks_between_rows_without_copying_them():
     store.ensure(40)  # growth keeps the rows' own columns and the shared blocks
     torch.testing.assert_close(store.keys[0][:, :, :1], own)
     store.batch_select_indices(torch.tensor([3, 1]))
-    assert store.shared_rows.tolist() == [1, 0]
-    groups = store.sharing_groups()
-    assert [(block, rows.tolist()) for block, rows in groups] == [(0, [1]), (1, [0])]
+    assert level.rows.tolist() == [1, 0]
+    assert [(block, rows.tolist()) for block, rows in level.groups()] == [(0, [1]), (1, [0])]
 
 
-def test_sharing_again_folds_the_old_blocks_into_the_new_ones():
-    # A common start read by every row, then each row's prompt shared by its rollouts:
-    # the new blocks hold the whole history of the rows they were made from.
+def test_sharing_again_adds_a_level_and_keeps_the_common_start_one_block():
+    # A common start read by every row, then each row's prompt shared by its rollouts: a
+    # tree of two levels, the common start held once, each prompt's tail once.
     store = KVStore(layers=1, rows=1, kv_heads=1, head_dim=2, dtype=torch.float32, device="cpu")
     start = torch.arange(6, dtype=torch.float32).view(1, 1, 3, 2)
     store.ensure(10)
@@ -164,11 +164,24 @@ def test_sharing_again_folds_the_old_blocks_into_the_new_ones():
     store.length += 1
     store.share(torch.tensor([1, 1, 0]))  # three rollouts: two of prompt 1, one of prompt 0
     assert (store.rows, store.shared, store.length) == (3, 4, 4)
-    whole = torch.cat([start.expand(2, -1, -1, -1), tails], dim=2)
-    torch.testing.assert_close(store.shared_keys[0], whole)
-    torch.testing.assert_close(store.shared_values[0], -whole)
+    common, prompts = store.levels
+    torch.testing.assert_close(common.keys[0], start)
+    torch.testing.assert_close(prompts.keys[0], tails)
+    torch.testing.assert_close(prompts.values[0], -tails)
+    assert common.rows.tolist() == [0, 0, 0] and prompts.rows.tolist() == [1, 1, 0]
     assert store.capacity - store.length >= 6  # the room reserved for the turn survives
-    assert [(b, r.tolist()) for b, r in store.sharing_groups()] == [(0, [2]), (1, [0, 1])]
+    assert [(b, r.tolist()) for b, r in prompts.groups()] == [(0, [2]), (1, [0, 1])]
+    # Each row's whole history, in column order, as the fused kernel reads it.
+    whole = torch.cat([start.expand(2, -1, -1, -1), tails], dim=2)[[1, 1, 0]]
+    keys, values = store.shared_columns(0)
+    torch.testing.assert_close(keys, whole)
+    torch.testing.assert_close(values, -whole)
+    blocks = 2 * 4 * (3 * 2 + 2 * 2)  # keys and values, fp32: the start's, the tails'
+    room = 2 * 4 * 3 * (store.capacity - store.shared) * 2  # 3 rows' own buffers
+    assert store.held_bytes() == blocks + room and store.capacity - store.shared == 12
+    # A selection remaps every level: the rows' own columns are copied, no block is.
+    store.batch_select_indices(torch.tensor([2, 0]))
+    assert common.rows.tolist() == [0, 0] and prompts.rows.tolist() == [0, 1]
 
 
 def test_lean_support_names_what_is_missing(tiny):
@@ -304,24 +317,26 @@ def test_common_prefix_length_leaves_every_sequence_a_token():
 
 @pytest.mark.parametrize(
     "prompts,blocks,shared",
-    [(DISTINCT_START, 1, len(COMMON)), (SHARED_START, 3, None)],
+    [(DISTINCT_START, [1], len(COMMON)), (SHARED_START, [1, 3], None)],
     ids=["distinct", "groups"],
 )
 def test_the_lean_cache_holds_a_common_start_once(tiny, prompts, blocks, shared):
     # Distinct prompts (an evaluation) read one block holding the system prompt; prompts
-    # that rollouts share get a block each, the common start folded into them.
+    # that rollouts share get a block each for their tails, on top of the common start.
     model, tokenizer = tiny
     backend = LeanBackend(model, pad_token_id=tokenizer.pad_token_id, seed=5)
     requests = [GenerationRequest(i, list(p)) for i, p in enumerate(prompts)]
     backend.generate(requests, SamplingParams(max_new_tokens=3, temperature=1.0))
     store = backend._cache
-    assert store.shared_keys[0].shape[0] == blocks
+    assert [level.keys[0].shape[0] for level in store.levels] == blocks
+    assert store.levels[0].columns == len(COMMON)
     assert store.shared == (shared or max(map(len, prompts)))
-    assert sorted(set(store.shared_rows.tolist())) == list(range(blocks))
+    for level, count in zip(store.levels, blocks, strict=True):
+        assert sorted(set(level.rows.tolist())) == list(range(count))
     backend = LeanBackend(model, pad_token_id=tokenizer.pad_token_id, seed=5)
     backend.share_common_start = False  # the copy per prompt, as before
     backend.generate(requests, SamplingParams(max_new_tokens=3, temperature=1.0))
-    assert backend._cache.shared == (0 if blocks == 1 else max(map(len, prompts)))
+    assert backend._cache.shared == (0 if blocks == [1] else max(map(len, prompts)))
 
 
 def _count_feed_widths(lean) -> list[int]:

@@ -139,16 +139,24 @@ class AttentionTally:
             self.feed_bytes += read
 
 
-def kv_bytes_read(
-    keys: torch.Tensor, blocks: tuple[torch.Tensor, torch.Tensor] | None, groups: list
-) -> int:
+def kv_bytes_read(keys: torch.Tensor, parts: list[SharedPart]) -> int:
     """Key and value bytes one layer's attention reads: every row's own columns, plus each
     shared block read (once for all the rows that read it, `LeanLlama._attend_shared`)."""
     read = 2 * keys.numel() * keys.element_size()
-    if blocks is not None:
-        block = blocks[0][0]
-        read += 2 * len(groups) * block.numel() * block.element_size()
+    for part in parts:
+        block = part.keys[0]
+        read += 2 * len(part.groups) * block.numel() * block.element_size()
     return read
+
+
+@dataclass(frozen=True)
+class SharedPart:
+    """One level of a layer's shared prompt tree as attention reads it: the level's
+    blocks (blocks, kv_heads, columns, head_dim) and (block, rows reading it) pairs."""
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    groups: list[tuple[int, torch.Tensor]]
 
 
 class LeanLlama:
@@ -225,11 +233,9 @@ class LeanLlama:
         # Shared prompt blocks (`KVStore.share`): one query row reads each block once
         # through two matmuls per block; a wide feed (a turn's observation) attends ~3x
         # faster through the fused kernel over the blocks copied into each row's keys.
-        shared = store.sharing_groups() if store.shared else []
-        copy_blocks = bool(shared) and width >= FUSED_SHARED_WIDTH
-        if copy_blocks:
-            shared = []
-        manual = width == 1 or bool(shared)
+        copy_blocks = bool(store.levels) and width >= FUSED_SHARED_WIDTH
+        groups = [] if copy_blocks else [level.groups() for level in store.levels]
+        manual = width == 1 or bool(groups)
         bias = attention_bias(attend, self.heads // self.kv_heads) if manual else None
         for i, w in enumerate(self.run_layers):
             qkv = self.linear(self._norm(x, w.input_norm), w.qkv, w.qkv_bias).float()
@@ -239,11 +245,19 @@ class LeanLlama:
             queries = qk[:, : self.heads]
             started = time.perf_counter()
             if copy_blocks:
-                keys = torch.cat([store.shared_keys[i][store.shared_rows], keys], dim=2)
-                values = torch.cat([store.shared_values[i][store.shared_rows], values], dim=2)
-            blocks = (store.shared_keys[i], store.shared_values[i]) if shared else None
-            if shared:
-                att = self._attend_shared(queries, keys, values, bias, blocks, shared)
+                shared_keys, shared_values = store.shared_columns(i)
+                keys = torch.cat([shared_keys, keys], dim=2)
+                values = torch.cat([shared_values, values], dim=2)
+            parts = (
+                [
+                    SharedPart(level.keys[i], level.values[i], level_groups)
+                    for level, level_groups in zip(store.levels, groups, strict=True)
+                ]
+                if groups
+                else []
+            )
+            if parts:
+                att = self._attend_shared(queries, keys, values, bias, parts)
             elif bias is None:
                 att = F.scaled_dot_product_attention(
                     queries,
@@ -256,7 +270,7 @@ class LeanLlama:
             else:
                 att = self._attend(queries, keys, values, bias)
             self.attention.add(
-                width == 1, time.perf_counter() - started, kv_bytes_read(keys, blocks, shared)
+                width == 1, time.perf_counter() - started, kv_bytes_read(keys, parts)
             )
             att = att.transpose(1, 2).reshape(rows, width, -1).to(self.dtype)
             x = x + self.linear(att, w.o, w.o_bias).float()
@@ -284,33 +298,37 @@ class LeanLlama:
         keys: torch.Tensor,
         values: torch.Tensor,
         bias: torch.Tensor,
-        blocks: tuple[torch.Tensor, torch.Tensor],
-        groups: list[tuple[int, torch.Tensor]],
+        parts: list[SharedPart],
     ) -> torch.Tensor:
-        """`_attend` over shared prompt blocks (prompts, kv_heads, P, D) and each row's own
-        keys: the rows reading one block are stacked as query rows of one matmul against
-        it, so a block is read once per prompt. One softmax over both parts, as `_attend`."""
+        """`_attend` over the shared prompt tree's levels (`parts`, in column order) and
+        each row's own keys: the rows reading one block are stacked as query rows of one
+        matmul against it, so a block is read once per step however many rows read it.
+        One softmax over all the parts, as `_attend`."""
         rows, heads, width, dim = q.shape
-        shared_keys, shared_values = blocks
-        prefix = shared_keys.shape[2]
         grouped = q.reshape(rows, self.kv_heads, heads // self.kv_heads * width, dim)
         queries = grouped.shape[2]
-        scores = grouped.new_empty(rows, self.kv_heads, queries, prefix + keys.shape[2])
-        for block, members in groups:
-            stacked = grouped[members].transpose(0, 1).reshape(self.kv_heads, -1, dim)
-            part = torch.matmul(stacked, shared_keys[block].transpose(-1, -2))
-            scores[members, :, :, :prefix] = part.view(
-                self.kv_heads, -1, queries, prefix
-            ).transpose(0, 1)
-        scores[..., prefix:] = torch.matmul(grouped, keys.transpose(-1, -2))
+        spans, start = [], 0
+        for part in parts:
+            spans.append(slice(start, start + part.keys.shape[2]))
+            start = spans[-1].stop
+        scores = grouped.new_empty(rows, self.kv_heads, queries, start + keys.shape[2])
+        for part, span in zip(parts, spans, strict=True):
+            for block, members in part.groups:
+                stacked = grouped[members].transpose(0, 1).reshape(self.kv_heads, -1, dim)
+                scores[members, :, :, span] = (
+                    torch.matmul(stacked, part.keys[block].transpose(-1, -2))
+                    .view(self.kv_heads, -1, queries, span.stop - span.start)
+                    .transpose(0, 1)
+                )
+        scores[..., start:] = torch.matmul(grouped, keys.transpose(-1, -2))
         probs = (scores * dim**-0.5 + bias).softmax(dim=-1)
-        out = torch.matmul(probs[..., prefix:], values)  # (B, kv_heads, group * L, D)
-        for block, members in groups:
-            stacked = (
-                probs[members, :, :, :prefix].transpose(0, 1).reshape(self.kv_heads, -1, prefix)
-            )
-            part = torch.matmul(stacked, shared_values[block])
-            out[members] += part.view(self.kv_heads, -1, queries, dim).transpose(0, 1)
+        out = torch.matmul(probs[..., start:], values)  # (B, kv_heads, group * L, D)
+        for part, span in zip(parts, spans, strict=True):
+            for block, members in part.groups:
+                stacked = probs[members, :, :, span].transpose(0, 1)
+                stacked = stacked.reshape(self.kv_heads, -1, span.stop - span.start)
+                read = torch.matmul(stacked, part.values[block])
+                out[members] += read.view(self.kv_heads, -1, queries, dim).transpose(0, 1)
         return out.view(rows, heads, width, dim)
 
 

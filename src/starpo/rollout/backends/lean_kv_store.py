@@ -5,7 +5,30 @@ once (`KVStore.share`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+
+
+@dataclass
+class SharedLevel:
+    """One level of the shared prompt tree: `blocks` blocks of `columns` columns each,
+    (blocks, kv_heads, columns, head_dim) a layer, and the block each row reads."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    rows: torch.Tensor  # (rows,) block of each row
+
+    @property
+    def columns(self) -> int:
+        return self.keys[0].shape[2]
+
+    def groups(self) -> list[tuple[int, torch.Tensor]]:
+        """(block, rows reading it) for every block some row reads."""
+        return [
+            (int(block), torch.nonzero(self.rows == block).squeeze(1))
+            for block in torch.unique(self.rows)
+        ]
 
 
 class KVStore:
@@ -14,12 +37,14 @@ class KVStore:
     asked for a whole turn's room at once, so decode steps never reallocate.
 
     Rows that start from the same prompt read it from one shared block (`share`) instead
-    of a copy each: the first `shared` columns live in per-prompt blocks (prompts,
-    kv_heads, shared, head_dim) that row r reads at `shared_rows[r]`, and the per-row
-    buffers hold only the columns after them. At the demo's 128 episodes of 4 prompts, the
-    ~200-token prompt is held 4 times instead of 128 (1.5 GB less), and attention reads it
-    once per prompt instead of once per row. Distinct prompts (an evaluation's cases)
-    share their common start the same way: one block of the system prompt for all rows.
+    of a copy each. The first `shared` columns live in `levels`, a prefix tree: level 0's
+    blocks come first in every row, then level 1's, and the per-row buffers hold only the
+    columns after them. An RL step's tree has two levels: the system prompt (a tool env's
+    ~500 tokens of schemas and rules) once for all rows, then each group's case prompt
+    once for the group's rollouts; an evaluation's (every case its own prompt) has the
+    first alone. At the demo's 128 episodes of 4 prompts, the ~200-token prompt is held 4
+    times instead of 128 (1.5 GB less), and attention reads a block once per step for all
+    the rows that read it, instead of once per row.
 
     Offers the two `DynamicCache` methods `HFBackend` calls (`batch_select_indices`,
     `get_seq_length`), so the session bookkeeping is shared.
@@ -30,18 +55,27 @@ class KVStore:
         self.keys *= layers
         self.values = list(self.keys)
         self.length = 0
-        self.shared = 0  # columns held in the shared blocks
-        self.shared_keys: list[torch.Tensor] = []
-        self.shared_values: list[torch.Tensor] = []
-        self.shared_rows: torch.Tensor | None = None  # (rows,) block of each row
+        self.levels: list[SharedLevel] = []
 
     @property
     def rows(self) -> int:
         return self.keys[0].shape[0]
 
     @property
+    def shared(self) -> int:
+        """Columns held in the shared levels."""
+        return sum(level.columns for level in self.levels)
+
+    @property
     def capacity(self) -> int:
         return self.shared + self.keys[0].shape[2]
+
+    def held_bytes(self) -> int:
+        """Bytes the cache holds: the rows' buffers and every shared block."""
+        tensors = [*self.keys, *self.values]
+        for level in self.levels:
+            tensors += [*level.keys, *level.values]
+        return sum(t.nbytes for t in tensors)
 
     def get_seq_length(self) -> int:
         return self.length
@@ -70,47 +104,38 @@ class KVStore:
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
     def share(self, index: torch.Tensor) -> None:
-        """Rows become `index` of the current rows (repeats allowed), which turn into the
-        shared blocks: nothing is copied per row. Later row selections copy the rows' own
-        buffers and remap `shared_rows`.
-
-        A cache that already has blocks (a common system prompt read by every row) folds
-        them into the new ones: each new block is its row's old block followed by the
-        row's own columns, so a block always starts at column 0. Sharing a prompt start
-        with every distinct prompt and then each prompt with its rollouts gives per-prompt
-        blocks, as sharing the prompts alone would."""
+        """Rows become `index` of the current rows (repeats allowed), and the current rows'
+        own columns become a new level of shared blocks, one a current row: nothing is
+        copied per row. The levels before keep their blocks (a system prompt shared by
+        every case stays one block when each case's prompt is then shared by its
+        rollouts). Later row selections copy the rows' own buffers and remap the levels."""
         spare = self.capacity - self.length  # the turn's reserved room
-        self.shared_keys = [self._whole(k, i, self.shared_keys) for i, k in enumerate(self.keys)]
-        self.shared_values = [
-            self._whole(v, i, self.shared_values) for i, v in enumerate(self.values)
-        ]
-        self.shared = self.length
-        self.shared_rows = index.clone()
+        own = self.length - self.shared
+        for level in self.levels:
+            level.rows = level.rows[index]
+        if own:
+            self.levels.append(
+                SharedLevel(
+                    [k[:, :, :own].clone() for k in self.keys],
+                    [v[:, :, :own].clone() for v in self.values],
+                    index.clone(),
+                )
+            )
         for store in (self.keys, self.values):
             for i, old in enumerate(store):
                 store[i] = old.new_empty(len(index), old.shape[1], spare, old.shape[3])
-
-    def _whole(self, own: torch.Tensor, layer: int, blocks: list[torch.Tensor]) -> torch.Tensor:
-        """Every filled column of each current row of `layer` in one tensor: its shared
-        block (when it reads one) followed by its own columns."""
-        mine = own[:, :, : self.length - self.shared]
-        if not self.shared:
-            return mine.clone()
-        return torch.cat([blocks[layer][self.shared_rows], mine], dim=2)
 
     def batch_select_indices(self, index: torch.Tensor) -> None:
         """Keep rows `index`, in that order (repeats copy a row: a shared prompt)."""
         for store in (self.keys, self.values):
             for i, old in enumerate(store):
                 store[i] = old.index_select(0, index)
-        if self.shared_rows is not None:
-            self.shared_rows = self.shared_rows[index]
+        for level in self.levels:
+            level.rows = level.rows[index]
 
-    def sharing_groups(self) -> list[tuple[int, torch.Tensor]]:
-        """(block, rows reading it) for every shared block some row reads."""
-        if self.shared_rows is None:
-            return []
-        return [
-            (int(block), torch.nonzero(self.shared_rows == block).squeeze(1))
-            for block in torch.unique(self.shared_rows)
-        ]
+    def shared_columns(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every row's shared columns of `layer`, copied out of the levels' blocks:
+        (rows, kv_heads, shared, head_dim) keys and values."""
+        keys = [level.keys[layer][level.rows] for level in self.levels]
+        values = [level.values[layer][level.rows] for level in self.levels]
+        return torch.cat(keys, dim=2), torch.cat(values, dim=2)
