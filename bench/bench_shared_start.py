@@ -26,7 +26,7 @@ layout, side by side in one process, alternating, `--repeats` times each (the me
 printed). Printed: seconds, generated tokens/s, the ratio, and how many episodes the two
 played token for token. The two differ only in the order attention sums its terms: with
 fp32 weights, greedy episodes are all the same; sampled ones (groups) agree in log-probs
-within ~3e-5 and may part where a draw falls that close to a token's edge (2 of 4 invoice
+within ~4e-5 and may part where a draw falls that close to a token's edge (2 of 4 invoice
 rollouts parted within 2 turns, after 98 and 141 tokens); with bf16 weights (the default
 on a CPU with native bf16) a greedy near-tie may fall either way too.
 The CPU's capability and the weights' dtype are printed with them.

@@ -5,8 +5,8 @@ switched off and on side by side in one run.
     python bench/bench_step.py --env sokoban --steps 2
     python bench/bench_step.py --env invoice         # a tool env (or support)
     python bench/bench_step.py --env invoice --contenders 0 9 --sft-episodes 8 --sft-epochs 1
-                                                     # the preset against every lever
-                                                     # a tool step has, a weak policy
+                                                     # the preset against the tool
+                                                     # step's levers, a weak policy
     STARPO_CPU_BF16=0 ATEN_CPU_CAPABILITY=avx2 python bench/bench_step.py   # as on an
                                                      # AVX2-only laptop CPU (fp32 everywhere)
 
@@ -99,9 +99,10 @@ CONTENDERS = (
         "format once + 4x8 + no ctx grad", FIRST_TURN_FORMAT + SMALL_BATCH + DETACHED_CONTEXT
     ),
     Contender("tools as signatures (prompt)", SIGNATURES, tools_only=True),
+    # (The format reminder plays no part in tool envs: their turns carry none.)
     Contender(
-        "signatures + the three before",
-        SIGNATURES + FIRST_TURN_FORMAT + SMALL_BATCH + DETACHED_CONTEXT,
+        "signatures + 4x8 + no ctx grad",
+        SIGNATURES + SMALL_BATCH + DETACHED_CONTEXT,
         tools_only=True,
     ),
 )
