@@ -29,6 +29,14 @@ SEED=${SEED:-1}
 LR=${LR:-2e-5}
 RUN=runs/fl-levers-$ARM-s$SEED
 [ "$LR" = 2e-5 ] || RUN=runs/fl-levers-$ARM-lr$LR-s$SEED
+# KL=c adds a KL term to the RL start (RFT's model) at coefficient c (k3, as a loss), in
+# runs/fl-levers-$ARM-kl$c-s$SEED: against the drift onto one move both RFT3 seeds showed.
+KL=${KL:-0}
+KL_ARG=()
+if [ "$KL" != 0 ]; then
+  KL_ARG=(algorithm.kl_coef=$KL)
+  RUN=${RUN/-s$SEED/-kl$KL-s$SEED}
+fi
 SLIPPERY_KWARG=false
 if [ "${SLIPPERY:-0}" = 1 ]; then
   SLIPPERY_KWARG=true
@@ -48,7 +56,8 @@ case "$ARM" in
 esac
 exec .venv/bin/starpo demo --env frozenlake --sft-episodes 256 --sft-epochs 1 \
     --no-base --steps 30 --methods grpo --out $RUN "${LEVERS[@]}" \
-    "env.kwargs={is_slippery: $SLIPPERY_KWARG}" rollout.format_every_turn=false filter.enabled=false \
+    "env.kwargs={is_slippery: $SLIPPERY_KWARG}" rollout.format_every_turn=false \
+    filter.enabled=false \
     optim.mini_batch_size=16 optim.micro_batch_size=8 optim.actor_lr=$LR \
     algorithm.loss_agg=seq_mean_token_mean trainer.val_every=5 trainer.save_every=5 \
-    trainer.keep_every=10 trainer.seed=$SEED trainer.num_threads=${THREADS:-1}
+    trainer.keep_every=10 trainer.seed=$SEED trainer.num_threads=${THREADS:-1} "${KL_ARG[@]}"
