@@ -84,6 +84,9 @@ SMALL_BATCH = ("rollout.num_groups=4", "optim.mini_batch_size=8", "optim.micro_b
 DETACHED_CONTEXT = ("optim.detach_context=true",)
 # Prompt-changing, opt-in: a tool env's tools listed one signature line each, not as JSON.
 SIGNATURES = ("rollout.tool_format=signatures",)
+# SMALL_BATCH for the tool envs: their micro-batches stay the preset's 4 dialogues of
+# ~1,700 tokens (8 at once took the bench past 24 GB and the kernel killed it).
+SMALL_TOOL_BATCH = ("rollout.num_groups=4", "optim.mini_batch_size=8")
 
 #: The first is the preset as it is; the others each switch one lever. Only the exact ones
 #: must play the same episodes: a different prompt layout or batch plays different ones.
@@ -102,7 +105,7 @@ CONTENDERS = (
     # (The format reminder plays no part in tool envs: their turns carry none.)
     Contender(
         "signatures + 4x8 + no ctx grad",
-        SIGNATURES + SMALL_BATCH + DETACHED_CONTEXT,
+        SIGNATURES + SMALL_TOOL_BATCH + DETACHED_CONTEXT,
         tools_only=True,
     ),
 )
