@@ -78,15 +78,13 @@ FIRST_TURN_FORMAT = ("rollout.format_every_turn=false",)
 LORA = ("model.lora.enabled=true",)
 # Half the episodes per step, one group of 8 trained: the cost side of the batch shape
 # (what it costs in learning is issue 35's to measure).
-SMALL_BATCH = ("rollout.num_groups=4", "optim.mini_batch_size=8", "optim.micro_batch_size=8")
+GROUPS_4X8 = ("rollout.num_groups=4", "optim.mini_batch_size=8")
+SMALL_BATCH = (*GROUPS_4X8, "optim.micro_batch_size=8")
 
 # Approximate, opt-in: gradient only through the positions that predict agent tokens.
 DETACHED_CONTEXT = ("optim.detach_context=true",)
 # Prompt-changing, opt-in: a tool env's tools listed one signature line each, not as JSON.
 SIGNATURES = ("rollout.tool_format=signatures",)
-# SMALL_BATCH for the tool envs: their micro-batches stay the preset's 4 dialogues of
-# ~1,700 tokens (8 at once took the bench past 24 GB and the kernel killed it).
-SMALL_TOOL_BATCH = ("rollout.num_groups=4", "optim.mini_batch_size=8")
 
 #: The first is the preset as it is; the others each switch one lever. Only the exact ones
 #: must play the same episodes: a different prompt layout or batch plays different ones.
@@ -105,7 +103,9 @@ CONTENDERS = (
     # (The format reminder plays no part in tool envs: their turns carry none.)
     Contender(
         "signatures + 4x8 + no ctx grad",
-        SIGNATURES + SMALL_TOOL_BATCH + DETACHED_CONTEXT,
+        # The preset's micro-batches of 4 dialogues of ~1,700 tokens: SMALL_BATCH's 8 at
+        # once took the bench past 24 GB and the kernel killed it.
+        SIGNATURES + GROUPS_4X8 + DETACHED_CONTEXT,
         tools_only=True,
     ),
 )

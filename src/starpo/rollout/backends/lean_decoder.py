@@ -234,8 +234,9 @@ class LeanLlama:
         # through two matmuls per block; a wide feed (a turn's observation) attends ~3x
         # faster through the fused kernel over the blocks copied into each row's keys.
         copy_blocks = bool(store.levels) and width >= FUSED_SHARED_WIDTH
-        groups = [] if copy_blocks else [level.groups() for level in store.levels]
-        manual = width == 1 or bool(groups)
+        read_levels = [] if copy_blocks else store.levels  # the levels read block by block
+        groups = [level.groups() for level in read_levels]
+        manual = width == 1 or bool(read_levels)
         bias = attention_bias(attend, self.heads // self.kv_heads) if manual else None
         for i, w in enumerate(self.run_layers):
             qkv = self.linear(self._norm(x, w.input_norm), w.qkv, w.qkv_bias).float()
@@ -248,14 +249,10 @@ class LeanLlama:
                 shared_keys, shared_values = store.shared_columns(i)
                 keys = torch.cat([shared_keys, keys], dim=2)
                 values = torch.cat([shared_values, values], dim=2)
-            parts = (
-                [
-                    SharedPart(level.keys[i], level.values[i], level_groups)
-                    for level, level_groups in zip(store.levels, groups, strict=True)
-                ]
-                if groups
-                else []
-            )
+            parts = [
+                SharedPart(level.keys[i], level.values[i], level_groups)
+                for level, level_groups in zip(read_levels, groups, strict=True)
+            ]
             if parts:
                 att = self._attend_shared(queries, keys, values, bias, parts)
             elif bias is None:
