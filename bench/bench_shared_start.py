@@ -13,7 +13,9 @@ that common start once either way; the question is what the cache holds afterwar
 - copy per prompt: each row gets its own copy of the start's keys and values, and
   attention reads it once per row at every decode step;
 - one block: every row reads one shared block (`LeanBackend.share_common_start`, the
-  default), so a decode step's attention reads it once for all rows.
+  default), so a decode step's attention reads it once for all rows;
+- with `--bf16-cache`, one block and keys and values in bf16 (`rollout.kv_dtype=bf16`,
+  opt-in, inexact): half the bytes for every decode step's attention to read.
 
 With `--group-size G` the cases are an RL step's groups: G rollouts of each case,
 sampled at the preset's temperature from the same seed both ways. A group's case prompt is
@@ -38,6 +40,7 @@ import argparse
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -83,6 +86,10 @@ def main() -> None:
         "--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
         help="the decoder's weights (auto: bf16 on a CPU with native bf16, else fp32)",
     )  # fmt: skip
+    parser.add_argument(
+        "--bf16-cache", action="store_true",
+        help="a third way: one block, keys and values in bf16 (rollout.kv_dtype=bf16)",
+    )  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -102,32 +109,36 @@ def main() -> None:
         f"{torch.backends.cpu.get_cpu_capability()}, {args.threads} threads, "
         f"torch {torch.__version__}"
     )
-    backend.share_common_start = True
+    ways = [
+        Way(False, torch.float32),
+        Way(True, torch.float32),
+        *([Way(True, torch.bfloat16)] if args.bf16_cache else []),
+    ]
+    Way(True, torch.float32).apply(backend)
     play(backend, tokenizer, settings, args.env, seeds[:2], group)  # warm-up: allocator
-    times: dict[bool, list[float]] = {True: [], False: []}
-    played: dict[bool, list] = {}
+    times: dict[Way, list[float]] = {way: [] for way in ways}
+    played: dict[Way, list] = {}
     for _ in range(args.repeats):
-        for shared in (False, True):
-            backend.share_common_start = shared
+        for way in ways:
+            way.apply(backend)
             elapsed, trajectories = play(backend, tokenizer, settings, args.env, seeds, group)
-            times[shared].append(elapsed)
-            played[shared] = trajectories
-    pairs = list(zip(played[True], played[False], strict=True))
-    same = sum(a.token_ids == b.token_ids for a, b in pairs)
+            times[way].append(elapsed)
+            played[way] = trajectories
     # Each way's own tokens: episodes that part (sampling, bf16 near-ties) differ in work.
-    print(f"{'cache':<32}{'seconds':>9}{'tokens':>8}{'tokens/s':>10}{'ratio':>8}")
-    base = statistics.median(times[False])
-    labels = (
-        ("a copy of the start per prompt", "one block for all")
-        if group == 1
-        else ("the start in each case's block", "two levels: start, case")
-    )
-    for shared, label in zip((False, True), labels, strict=True):
-        median, tokens = statistics.median(times[shared]), generated(played[shared])
-        print(f"{label:<32}{median:>9.1f}{tokens:>8}{tokens / median:>10.1f}{base / median:>7.2f}x")
+    print(f"{'cache':<44}{'seconds':>9}{'tokens':>8}{'tokens/s':>10}{'ratio':>8}{'same':>6}")
+    first = ways[0]
+    base = statistics.median(times[first])
+    for way in ways:
+        median, tokens = statistics.median(times[way]), generated(played[way])
+        pairs = list(zip(played[way], played[first], strict=True))
+        same = sum(a.token_ids == b.token_ids for a, b in pairs)
+        print(
+            f"{way.label(group):<44}{median:>9.1f}{tokens:>8}{tokens / median:>10.1f}"
+            f"{base / median:>7.2f}x{same:>6}"
+        )
     print(
-        f"ratio: seconds against the first way's; episodes with the same tokens both ways: "
-        f"{same} of {len(pairs)}"
+        f"ratio: seconds against the first way's; same: of its {len(played[first])} "
+        "episodes, those played token for token as the first way played them"
         + (
             ""
             if dtype == torch.float32
@@ -135,6 +146,25 @@ def main() -> None:
             "near-tie the two attention orders break differently changes a greedy token)"
         )
     )
+
+
+@dataclass(frozen=True)
+class Way:
+    """How the cache holds the common start, and in which dtype."""
+
+    shared: bool  # one block (a level of its own) against a copy per prompt
+    kv_dtype: torch.dtype
+
+    def apply(self, backend: LeanBackend) -> None:
+        backend.share_common_start = self.shared
+        backend.kv_dtype = self.kv_dtype
+
+    def label(self, group: int) -> str:
+        if group == 1:
+            where = "one block for all" if self.shared else "a copy of the start per prompt"
+        else:
+            where = "two levels: start, case" if self.shared else "the start in each case's block"
+        return f"{where}, {str(self.kv_dtype).removeprefix('torch.')}"
 
 
 if __name__ == "__main__":

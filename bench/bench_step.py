@@ -85,6 +85,9 @@ SMALL_BATCH = (*GROUPS_4X8, "optim.micro_batch_size=8")
 DETACHED_CONTEXT = ("optim.detach_context=true",)
 # Prompt-changing, opt-in: a tool env's tools listed one signature line each, not as JSON.
 SIGNATURES = ("rollout.tool_format=signatures",)
+# Approximate, opt-in: the lean cache's keys and values in bf16 (half the bytes decode
+# attention reads).
+BF16_CACHE = ("rollout.kv_dtype=bf16",)
 
 #: The first is the preset as it is; the others each switch one lever. Only the exact ones
 #: must play the same episodes: a different prompt layout or batch plays different ones.
@@ -106,6 +109,12 @@ CONTENDERS = (
         # The preset's micro-batches of 4 dialogues of ~1,700 tokens: SMALL_BATCH's 8 at
         # once took the bench past 24 GB and the kernel killed it.
         SIGNATURES + GROUPS_4X8 + DETACHED_CONTEXT,
+        tools_only=True,
+    ),
+    Contender("bf16 KV cache (approx.)", BF16_CACHE),
+    Contender(
+        "signatures + 4x8 + no ctx grad + bf16 KV",
+        SIGNATURES + GROUPS_4X8 + DETACHED_CONTEXT + BF16_CACHE,
         tools_only=True,
     ),
 )

@@ -422,3 +422,23 @@ def test_lean_weight_copy_counts_the_packed_matrices():
     expected = torch.backends.mkldnn.is_available()
     assert planning.runtime_for(cfg, "llama").packed is expected
     assert planning.runtime_for(cfg, "gpt2").packed is False
+
+
+def test_a_bf16_lean_cache_is_planned_at_half_the_bytes():
+    fp32 = load_config("cpu-bandit-starpo-s")
+    bf16 = load_config("cpu-bandit-starpo-s", ["rollout.kv_dtype=bf16"])
+    assert planning.runtime_for(fp32, "llama").kv_item_bytes == 4
+    assert planning.runtime_for(bf16, "llama").kv_item_bytes == 2
+    shape = planning.ModelShape(
+        params=10_000, layers=2, hidden=8, intermediate=16, heads=2, kv_dim=4, vocab=32
+    )
+    episode = planning.EpisodeShape(
+        prompt_tokens=50, turn_tokens=10, response_tokens=20, max_turns=3
+    )
+
+    def kv(cfg):
+        run = planning.runtime_for(cfg, "llama")
+        parts = planning.rollout_parts(cfg, shape, run, episode, episode)
+        return next(v for k, v in parts.items() if k.startswith("KV cache ("))
+
+    assert 2 * kv(bf16) == kv(fp32) > 0

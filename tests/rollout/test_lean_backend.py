@@ -374,3 +374,86 @@ def test_the_attention_tally_counts_a_shared_block_once_per_decode_step(tiny):
     one_block = 2 * 4 * config.num_key_value_heads * len(COMMON) * head_dim  # K and V, fp32
     saved = decode_steps[True] * config.num_hidden_layers * one_block * (len(requests) - 1)
     assert copied.decode_bytes - shared.decode_bytes == saved
+
+
+def _full_attention(q, keys, values, bias):
+    """The reference: one softmax over all the keys, in fp64."""
+    scores = torch.matmul(q.double(), keys.double().transpose(-1, -2)) * q.shape[-1] ** -0.5
+    return torch.matmul((scores + bias.double()).softmax(-1), values.double())
+
+
+def test_attention_in_parts_merged_by_log_sum_exp_is_one_softmax(monkeypatch):
+    # Keys split in three spans (two shared levels and the rows' own columns, some
+    # masked): each attended apart and merged equals one softmax over them all, on the
+    # fused CPU kernel and on the matmul path other devices take.
+    torch.manual_seed(0)
+    q, keys, values = torch.randn(3, 2, 4, 8), torch.randn(3, 2, 11, 8), torch.randn(3, 2, 11, 8)
+    bias = torch.zeros(3, 1, 4, 11)
+    bias[0, :, :, 2:5] = float("-inf")  # padding inside a span
+    bias[2, :, 1:, 9:] = float("-inf")
+    expected = _full_attention(q, keys, values, bias)
+    spans = [slice(0, 3), slice(3, 6), slice(6, 11)]
+    for flash in (lean_decoder._FLASH_CPU, None):
+        monkeypatch.setattr(lean_decoder, "_FLASH_CPU", flash)
+        parts = [
+            lean_decoder.attend_with_lse(q, keys[..., s, :], values[..., s, :], bias[..., s])
+            for s in spans
+        ]
+        merged = lean_decoder.merge_parts(*map(list, zip(*parts, strict=True)))
+        assert merged.dtype == torch.float32
+        assert torch.allclose(merged.double(), expected, atol=1e-5)
+        out, lse = lean_decoder.attend_with_lse(q, keys, values, bias)
+        assert torch.allclose(out.double(), expected, atol=1e-5)
+        scores = torch.matmul(q, keys.transpose(-1, -2)) * 8**-0.5 + bias
+        assert torch.allclose(lse, scores.logsumexp(-1), atol=1e-5)
+
+
+def _generate(model, tokenizer, kv_dtype, weights_dtype=torch.float32, prompts=SHARED_START):
+    backend = LeanBackend(
+        model, pad_token_id=tokenizer.pad_token_id, seed=5, weights_dtype=weights_dtype
+    )
+    backend.kv_dtype = kv_dtype
+    requests = [GenerationRequest(i, list(p)) for i, p in enumerate(prompts)]
+    first = backend.generate(requests, SamplingParams(max_new_tokens=8, temperature=0.0))
+    second = backend.generate(
+        [GenerationRequest(i, list(range(20, 40))[: 1 + 6 * i]) for i in range(4)],
+        SamplingParams(max_new_tokens=8, temperature=0.0),
+    )
+    return backend, first + second
+
+
+@pytest.mark.parametrize("weights_dtype", [torch.float32, torch.bfloat16])
+def test_a_bf16_cache_halves_its_bytes_and_stays_close(tiny, weights_dtype):
+    # Shared blocks, a wide second-turn feed and decode steps, all on a bf16 cache: the
+    # cache holds bf16, the backend says it is inexact, and greedy log-probs stay within
+    # bf16 rounding of the fp32 cache's on the same tokens.
+    model, tokenizer = tiny
+    exact, plain = _generate(model, tokenizer, torch.float32, weights_dtype)
+    low, halved = _generate(model, tokenizer, torch.bfloat16, weights_dtype)
+    assert low._cache.keys[0].dtype == torch.bfloat16
+    assert low._cache.levels[0].keys[0].dtype == torch.bfloat16
+    assert 2 * low._cache.held_bytes() == exact._cache.held_bytes()
+    assert low.numerics.exact_logprobs is False and low.numerics.cache_dtype == "bfloat16"
+    assert "bfloat16 KV cache" in low.numerics.describe(2)
+    assert exact.numerics.exact_logprobs is (weights_dtype == torch.float32)
+    assert [g.token_ids for g in halved] == [g.token_ids for g in plain]
+    gap = max(
+        abs(a - b)
+        for x, y in zip(halved, plain, strict=True)
+        for a, b in zip(x.logprobs, y.logprobs, strict=True)
+    )
+    assert 0 < gap < 0.05
+
+
+def test_only_the_lean_backend_takes_a_bf16_cache(tiny):
+    from starpo.errors import UserError
+    from starpo.rollout.backends.base import set_kv_dtype
+
+    model, tokenizer = tiny
+    hf = HFBackend(model, pad_token_id=tokenizer.pad_token_id)
+    set_kv_dtype(hf, torch.float32)  # nothing to change
+    with pytest.raises(UserError, match="rollout.kv_dtype=bfloat16: the HFBackend backend"):
+        set_kv_dtype(hf, torch.bfloat16)
+    lean = LeanBackend(model, pad_token_id=tokenizer.pad_token_id)
+    set_kv_dtype(lean, torch.bfloat16)
+    assert lean.kv_dtype == torch.bfloat16 and lean.lean.kv_dtype == torch.bfloat16

@@ -79,8 +79,9 @@ def add_setting_flags(
 
 
 def add_decode_flags(parser: Any) -> None:
-    """--device, --backend and --dtype: how a command that loads a model decodes with it
-    (`starpo eval --policy model`, `starpo serve`), spelled as rollout.backend/dtype."""
+    """--device, --backend, --dtype and --kv-dtype: how a command that loads a model
+    decodes with it (`starpo eval --policy model`, `starpo serve`), spelled as
+    rollout.backend/dtype/kv_dtype."""
     from starpo.registry import GENERATION_BACKENDS
 
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
@@ -95,6 +96,13 @@ def add_decode_flags(parser: Any) -> None:
         default="auto",
         choices=["auto", "fp32", "bf16"],
         help="decode dtype, as rollout.dtype (default auto: bf16 on a CPU with native bf16)",
+    )
+    parser.add_argument(
+        "--kv-dtype",
+        default="fp32",
+        choices=["fp32", "bf16"],
+        help="the lean backend's KV cache dtype, as rollout.kv_dtype (default fp32; bf16: "
+        "decode attention reads half the bytes, inexact)",
     )
 
 

@@ -124,6 +124,7 @@ def _eval_model(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
             device=args.device,
             backend=args.backend,
             dtype=args.dtype,
+            kv_dtype=args.kv_dtype,
             seed=args.seed_start,
             env_kwargs=env_kwargs,
             on_turn=show,

@@ -63,6 +63,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         device=args.device,
         backend=args.backend,
         dtype=args.dtype,
+        kv_dtype=args.kv_dtype,
         max_batch=args.max_batch,
     )
     return serve_until_stopped(app, args, what=args.model, path="/v1")
@@ -75,6 +76,7 @@ def load_app(
     device: str = "cpu",
     backend: str = "auto",
     dtype: str = "auto",
+    kv_dtype: str = "fp32",
     max_batch: int = 8,
 ) -> Any:
     """Load `model`, build its generation backend (as `starpo eval --model` does) and
@@ -82,7 +84,7 @@ def load_app(
     from starpo.evaluation.model import load_generator
     from starpo.serve.app import build_app
 
-    policy, tokenizer, generator = load_generator(model, device, backend, dtype)
+    policy, tokenizer, generator = load_generator(model, device, backend, dtype, kv_dtype=kv_dtype)
     context = getattr(policy.config, "max_position_embeddings", None)
     return build_app(
         generator, tokenizer, served_name or model, context_length=context, max_batch=max_batch

@@ -43,6 +43,14 @@ class RolloutConfig(EpisodeSettings):
         "and logs the gap as rollout/logprob_diff_*.",
         choices=("auto", "fp32", "bf16", "float32", "bfloat16"),
     )
+    kv_dtype: str = config_field(
+        "fp32",
+        "Dtype of the lean backend's KV cache. bf16 halves the bytes each decode step's "
+        "attention reads (a decode step's attention ~2x faster on a 2-core CPU; most of a "
+        "long tool dialogue's rollout time), at one more rounding of each key: inexact, so "
+        "the trainer recomputes old log-probs. The hf backend's cache follows rollout.dtype.",
+        choices=("fp32", "bf16", "float32", "bfloat16"),
+    )
     share_histories: bool = config_field(
         False,
         "Episodes whose dialogues are so far the same read one KV-cache row (exact: each "

@@ -73,17 +73,19 @@ class RolloutWorker:
         compute_dtype: Any,
         threads: int,
         share_histories: bool = False,
+        kv_dtype: Any = None,
     ) -> None:
         """`build_backend`: the backend's factory itself, resolved on the driver (a backend
         registered there at run time is one the worker's own registry never saw)."""
         import torch
 
-        from starpo.rollout.backends.base import set_share_histories
+        from starpo.rollout.backends.base import set_kv_dtype, set_share_histories
 
         torch.set_num_threads(threads)
         self.model, self.tokenizer = model.eval(), tokenizer
         self.backend = build_backend(self.model, tokenizer, compute_dtype=compute_dtype)
         set_share_histories(self.backend, share_histories)
+        set_kv_dtype(self.backend, kv_dtype or torch.float32)
         self.version = -1
         self.engines: dict[EpisodeSettings, Any] = {}
 
@@ -149,6 +151,7 @@ class RolloutPool:
         numerics: Any,
         threads: int | None = None,
         share_histories: bool = False,
+        kv_dtype: Any = None,
     ) -> None:
         if num_workers < 1:
             raise UserError(f"rollout.workers must be >= 1 for a pool, got {num_workers}")
@@ -172,6 +175,7 @@ class RolloutPool:
             compute_dtype,
             self.threads,
             share_histories,
+            kv_dtype,
         )
         # One CPU each, so Ray spreads workers over a cluster's nodes.
         self._actor_class = ray.remote(num_cpus=1)(RolloutWorker)

@@ -105,20 +105,33 @@ def play_seeds(
 
 
 def load_generator(
-    model_name: str, device: str = "cpu", backend: str = "auto", dtype: str = "auto", seed: int = 0
+    model_name: str,
+    device: str = "cpu",
+    backend: str = "auto",
+    dtype: str = "auto",
+    seed: int = 0,
+    kv_dtype: str = "fp32",
 ) -> tuple[Any, Any, Any]:
     """(model, tokenizer, generation backend) of `model_name`, decoding in `dtype`
-    (`rollout.dtype`'s rule) on `backend`: what `starpo eval --policy model` and `starpo
-    serve` generate with. An unknown backend fails before the model loads."""
+    (`rollout.dtype`'s rule) on `backend`, its cache in `kv_dtype` (`rollout.kv_dtype`):
+    what `starpo eval --policy model` and `starpo serve` generate with. An unknown backend
+    fails before the model loads."""
+    import torch
+
     from starpo.models import load_model
+    from starpo.models.loading import resolve_dtype
     from starpo.models.precision import rollout_dtype
     from starpo.registry import GENERATION_BACKENDS
+    from starpo.rollout.backends.base import set_kv_dtype
 
     build = GENERATION_BACKENDS[backend]
+    cache_dtype = resolve_dtype(kv_dtype, torch.device("cpu"))
     model, tokenizer = load_model(model_name, device=device)
     compute_dtype = next(model.parameters()).dtype
     decode_dtype = rollout_dtype(dtype, compute_dtype, model.device)
-    return model, tokenizer, build(model, tokenizer, compute_dtype=decode_dtype, seed=seed)
+    generator = build(model, tokenizer, compute_dtype=decode_dtype, seed=seed)
+    set_kv_dtype(generator, cache_dtype)
+    return model, tokenizer, generator
 
 
 def evaluate_model(
@@ -132,6 +145,7 @@ def evaluate_model(
     device: str = "cpu",
     backend: str = "auto",
     dtype: str = "auto",
+    kv_dtype: str = "fp32",
     seed: int = 0,
     env_kwargs: dict[str, Any] | None = None,
     on_turn: Callable[[EvalProgress], None] | None = None,
@@ -141,7 +155,9 @@ def evaluate_model(
     from starpo.envs import make
 
     make(env_id, **(env_kwargs or {}))  # bad env ids and arguments fail before the model loads
-    model, tokenizer, generator = load_generator(model_name, device, backend, dtype, seed)
+    model, tokenizer, generator = load_generator(
+        model_name, device, backend, dtype, seed, kv_dtype=kv_dtype
+    )
     meter = _MeteredBackend(generator)
     engine = RolloutEngine(meter, tokenizer, settings)
 
@@ -166,7 +182,10 @@ def evaluate_model(
         on_turn=report,
     )
     numerics = generator.numerics
-    return result, {**result.summary(), "backend": numerics.name, "dtype": numerics.compute_dtype}
+    described = {"backend": numerics.name, "dtype": numerics.compute_dtype}
+    if numerics.cache_dtype:
+        described["kv_dtype"] = numerics.cache_dtype
+    return result, {**result.summary(), **described}
 
 
 def progress_bar(total: int, desc: str, *, disable: bool = False) -> tuple[Any, Callable]:

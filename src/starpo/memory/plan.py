@@ -134,8 +134,9 @@ class Runtime:
 
     compute_dtype: Any  # the update's dtype (bf16 autocast or fp32)
     decode_dtype: Any  # the rollout's weights
-    lean: bool  # the lean backend (fp32 KV cache, its own weight copy when decode_dtype differs)
+    lean: bool  # the lean backend (its own weight copy when decode_dtype differs)
     packed: bool = False  # the lean backend's matrices packed for oneDNN (a copy of each)
+    kv_item_bytes: int = 4  # the lean backend's cache entries (rollout.kv_dtype)
 
 
 def runtime_for(cfg: Any, model_type: str | None, model_config: Any = None) -> Runtime:
@@ -147,7 +148,7 @@ def runtime_for(cfg: Any, model_type: str | None, model_config: Any = None) -> R
 
     import torch
 
-    from starpo.models.loading import resolve_device
+    from starpo.models.loading import resolve_device, resolve_dtype
     from starpo.models.precision import compute_dtype, rollout_dtype
     from starpo.rollout.backends.lean import auto_picks_lean
     from starpo.rollout.backends.lean_decoder import lean_config_support
@@ -164,7 +165,8 @@ def runtime_for(cfg: Any, model_type: str | None, model_config: Any = None) -> R
     )
     decode = decode if decode is not None else torch.float32
     packed = lean and onednn_applies(decode, device) is None
-    return Runtime(compute, decode, lean, packed)
+    kv_item = _dtype_bytes(resolve_dtype(cfg.rollout.kv_dtype, device))
+    return Runtime(compute, decode, lean, packed, kv_item)
 
 
 def _micro_tokens(
@@ -265,7 +267,7 @@ def rollout_parts(
 
     s, t = cfg.rollout, cfg.trainer
     split = max(s.workers, 1)
-    kv_item = 4 if run.lean else _dtype_bytes(run.decode_dtype)  # lean: fp32 keys, values
+    kv_item = run.kv_item_bytes if run.lean else _dtype_bytes(run.decode_dtype)
     train_rows = -(-s.num_groups * s.group_size // split)
     val_rows = -(-min(t.val_batch_size, t.val_seeds * t.val_group_size) // split)
     # Lean rollouts hold a prompt once for the rows that start from it (one per env group).

@@ -15,7 +15,8 @@ from starpo.compute.batch import TrainBatch
 from starpo.config import TrainConfig, config_to_dict
 from starpo.config.episode import EpisodeSettings
 from starpo.errors import UserError
-from starpo.rollout.backends.base import set_share_histories
+from starpo.models.loading import resolve_dtype
+from starpo.rollout.backends.base import set_kv_dtype, set_share_histories
 from starpo.rollout.engine import RolloutEngine
 from starpo.trainer.checkpoints.store import latest_checkpoint
 from starpo.trainer.optim import Optimizers
@@ -42,6 +43,8 @@ class Workers:
         self.cfg, self.models, self.say = cfg, models, say
         self.local_backend, self.decode_dtype, self.settings = backend, decode_dtype, settings
         set_share_histories(backend, cfg.rollout.share_histories)
+        self.kv_dtype = resolve_dtype(cfg.rollout.kv_dtype, torch.device("cpu"))
+        set_kv_dtype(backend, self.kv_dtype)
         tokenizer = models.tokenizer
         self.local_engines = tuple(RolloutEngine(backend, tokenizer, s) for s in settings)
         self.pool: Any = None  # Ray rollout workers while `train` runs (rollout.workers > 0)
@@ -105,6 +108,7 @@ class Workers:
             compute_dtype=self.decode_dtype,
             numerics=self.local_backend.numerics,
             share_histories=cfg.rollout.share_histories,
+            kv_dtype=self.kv_dtype,
         )
         self.pool.update_weights(self.models.actor, policy_version)
         self.pool_engines = tuple(self.pool.engine(s) for s in self.settings)

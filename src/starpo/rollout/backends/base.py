@@ -85,10 +85,12 @@ class BackendNumerics:
     compute_dtype: str  # e.g. "float32", "bfloat16"
     exact_logprobs: bool  # equal to the training forward's within fp32 tolerance
     matmul_kernel: str = "torch"  # what runs its weight matmuls (see rollout.linear_kernels)
+    cache_dtype: str | None = None  # its KV cache's, where it is its own (rollout.kv_dtype)
 
     def describe(self, threads: int) -> str:
-        """E.g. "lean backend in float32 (onednn matmuls, 2 threads)"."""
-        kernel = f"{self.matmul_kernel} matmuls, {threads} threads"
+        """E.g. "lean backend in bfloat16 (bfloat16 KV cache, torch matmuls, 2 threads)"."""
+        cache = f"{self.cache_dtype} KV cache, " if self.cache_dtype else ""
+        kernel = f"{cache}{self.matmul_kernel} matmuls, {threads} threads"
         return f"{self.name} backend in {self.compute_dtype} ({kernel})"
 
 
@@ -133,6 +135,21 @@ class GenerationBackend(PolicySampler, Protocol):
     def reset(self) -> None:
         """Forget all sessions."""
         ...
+
+
+def set_kv_dtype(backend: Any, dtype: Any) -> None:
+    """Apply `rollout.kv_dtype` (a torch dtype) to a backend: the lean one holds its cache
+    in it; any other may only keep fp32 (its cache follows its own compute dtype)."""
+    import torch
+
+    if hasattr(backend, "kv_dtype"):
+        backend.kv_dtype = dtype
+    elif dtype != torch.float32:
+        raise UserError(
+            f"rollout.kv_dtype={str(dtype).removeprefix('torch.')}: the "
+            f"{type(backend).__name__} backend keeps its cache in rollout.dtype; set "
+            "rollout.kv_dtype=fp32, or rollout.backend=lean"
+        )
 
 
 def set_share_histories(backend: Any, on: bool) -> None:

@@ -16,6 +16,11 @@ Same sessions, shared-prompt encoding and sampling as `HFBackend`, with a faster
   False), so the trainer recomputes the PPO ratio's old log-probs, as verl does with vLLM.
   With fp32 weights the lean forward uses the training model's own tensors (no copy) and
   its log-probs match the transformers forward within fp32 rounding.
+- The cache may hold bf16 keys and values (`kv_dtype`, rollout.kv_dtype): a decode step's
+  attention reads every cached column once a row, so half the bytes take about half the
+  time (on 2 cores: 64 rows x 1,500 columns, 9.5 ms fp32 against 5.1-5.5 ms bf16). The
+  values are bf16 already when the weights are; the keys get one more rounding after
+  their rotary embedding. Opt-in: inexact, like bf16 weights.
 
 Supported: decoder-only Llama-shaped models (Llama, SmolLM, Qwen2, Mistral without sliding
 window): `lean_support(model)` names what is missing otherwise, and the "auto" backend then
@@ -57,14 +62,25 @@ class LeanBackend(HFBackend):
             model, pad_token_id=pad_token_id, seed=seed, share_histories=share_histories
         )
         self.compute_dtype = weights_dtype
-        exact = weights_dtype == torch.float32
-        self.numerics = BackendNumerics(
-            "lean", str(weights_dtype).removeprefix("torch."), exact, self.lean.kernel
-        )
+        self.kv_dtype = torch.float32
         self.room = 0  # columns the current generate() call may still append
         # Exact either way (the same tokens, log-probs within fp32 rounding); off only to
         # measure it (bench/bench_shared_start.py).
         self.share_common_start = True
+
+    @property
+    def kv_dtype(self) -> torch.dtype:
+        """The cache's dtype (`rollout.kv_dtype`), for the next call's cache: fp32 (exact
+        with fp32 weights), or bf16 (half the bytes decode attention reads)."""
+        return self.lean.kv_dtype
+
+    @kv_dtype.setter
+    def kv_dtype(self, dtype: torch.dtype) -> None:
+        self.lean.kv_dtype = dtype
+        weights = str(self.compute_dtype).removeprefix("torch.")
+        exact = self.compute_dtype == torch.float32 and dtype == torch.float32
+        cache = str(dtype).removeprefix("torch.")
+        self.numerics = BackendNumerics("lean", weights, exact, self.lean.kernel, cache)
 
     def update_weights(self, model: Any, version: int) -> None:
         super().update_weights(model, version)

@@ -30,10 +30,12 @@ from starpo.rollout.backends.linear_kernels import pack_weight, pick_linear
 #: Model types whose decoder layers are exactly what `LeanLlama` computes.
 LEAN_MODEL_TYPES = ("llama", "qwen2", "mistral")
 #: Query rows from which a feed over shared prompt blocks copies them into each row and
-#: runs the fused attention kernel: measured on 2 cores (32 rows, 9 heads, 190 shared +
-#: 400 own keys), the two paths tie at 16 rows, the copy is 3x faster at 60 (a Sokoban
-#: turn's observation) and 3x slower at 1 (decoding).
-FUSED_SHARED_WIDTH = 16
+#: runs one fused attention call, instead of attending block by block (`_attend_parts`,
+#: whose additive bias grows with width x columns). Measured on 2 cores (SmolLM2, fp32
+#: cache, 64 rows over a 661-column shared block and 700 own columns, a whole forward):
+#: block by block 0.25 s against 1.38 s at 1 row, 1.25 against 2.34 s at 16, 4.27
+#: against 5.06 s at 60 (a turn's observation).
+FUSED_SHARED_WIDTH = 64
 
 
 def lean_config_support(config: Any, lora: bool = False) -> str | None:
@@ -141,7 +143,7 @@ class AttentionTally:
 
 def kv_bytes_read(keys: torch.Tensor, parts: list[SharedPart]) -> int:
     """Key and value bytes one layer's attention reads: every row's own columns, plus each
-    shared block read (once for all the rows that read it, `LeanLlama._attend_shared`)."""
+    shared block read (once for all the rows that read it, `LeanLlama._attend_parts`)."""
     read = 2 * keys.numel() * keys.element_size()
     for part in parts:
         block = part.keys[0]
@@ -162,10 +164,17 @@ class SharedPart:
 class LeanLlama:
     """The decoder's forward for generation: token ids in, last-position logits out."""
 
-    def __init__(self, model: Any, weights_dtype: torch.dtype, linear_kernel: str = "auto"):
+    def __init__(
+        self,
+        model: Any,
+        weights_dtype: torch.dtype,
+        linear_kernel: str = "auto",
+        kv_dtype: torch.dtype = torch.float32,
+    ):
         config = model.config
         self.model = model
         self.dtype = weights_dtype
+        self.kv_dtype = kv_dtype
         device = next(model.parameters()).device
         self.kernel, self.linear = pick_linear(linear_kernel, weights_dtype, device)
         self.heads = config.num_attention_heads
@@ -209,9 +218,10 @@ class LeanLlama:
             self._pack()  # a packed copy never aliases the model: re-pack the new weights
 
     def new_store(self, rows: int, device: torch.device) -> KVStore:
-        # fp32 keys and values even with bf16 weights: attention is a small share of a step,
-        # and the CPU's bf16 attention kernel is 7x slower than its fp32 one.
-        return KVStore(len(self.layers), rows, self.kv_heads, self.head_dim, torch.float32, device)
+        # fp32 keys and values unless asked otherwise (rollout.kv_dtype): bf16 halves the
+        # bytes a decode step's attention reads (~2x faster on 2 cores), at one more
+        # rounding of each key (values are bf16 already when the weights are).
+        return KVStore(len(self.layers), rows, self.kv_heads, self.head_dim, self.kv_dtype, device)
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """RMSNorm in fp32 (as transformers does), then the weights' dtype for the matmul."""
@@ -228,11 +238,12 @@ class LeanLlama:
         x = self.embed[ids].float()  # the residual stream stays fp32
         cos, sin = self.rotary(x, positions)  # (B, L, head_dim)
         cos, sin = cos[:, None], sin[:, None]
-        # One query row (decode): two small matmuls beat the fused kernel. Many (a prompt):
-        # the fused kernel never holds the (L, T) scores of every head.
-        # Shared prompt blocks (`KVStore.share`): one query row reads each block once
-        # through two matmuls per block; a wide feed (a turn's observation) attends ~3x
-        # faster through the fused kernel over the blocks copied into each row's keys.
+        # One query row (decode), or shared prompt blocks (`KVStore.share`): each part of
+        # the keys (a level's blocks, the rows' own columns) attended apart and merged by
+        # log-sum-exp, a block read once for all the rows reading it, the query heads of a
+        # kv head stacked as one call's query rows. A wide feed (a prompt, a turn's
+        # observation) over no levels, or over levels copied into each row's keys (~3x
+        # faster from 16 rows on): one fused call with the mask, no extra (L, T) bias.
         copy_blocks = bool(store.levels) and width >= FUSED_SHARED_WIDTH
         read_levels = [] if copy_blocks else store.levels  # the levels read block by block
         groups = [level.groups() for level in read_levels]
@@ -253,19 +264,17 @@ class LeanLlama:
                 SharedPart(level.keys[i], level.values[i], level_groups)
                 for level, level_groups in zip(read_levels, groups, strict=True)
             ]
-            if parts:
-                att = self._attend_shared(queries, keys, values, bias, parts)
-            elif bias is None:
+            if bias is None:
                 att = F.scaled_dot_product_attention(
-                    queries,
+                    queries.to(keys.dtype),
                     keys,
                     values,
                     attn_mask=attend,
                     scale=self.head_dim**-0.5,
                     enable_gqa=True,
-                )
+                ).float()
             else:
-                att = self._attend(queries, keys, values, bias)
+                att = self._attend_parts(queries, keys, values, bias, parts)
             self.attention.add(
                 width == 1, time.perf_counter() - started, kv_bytes_read(keys, parts)
             )
@@ -277,19 +286,7 @@ class LeanLlama:
         store.length += width
         return self.linear(self._norm(x[:, -1], self.final_norm), self.run_head, None).float()
 
-    def _attend(
-        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor
-    ) -> torch.Tensor:
-        """Grouped-query attention as two batched matmuls: the query heads sharing a kv head
-        are stacked as extra query rows, so keys and values are never repeated. In fp32 this
-        is ~25% faster on a CPU than scaled_dot_product_attention for one query row."""
-        rows, heads, width, dim = q.shape
-        grouped = q.reshape(rows, self.kv_heads, heads // self.kv_heads * width, dim)
-        scores = torch.matmul(grouped, keys.transpose(-1, -2)) * dim**-0.5 + bias
-        out = torch.matmul(scores.softmax(dim=-1), values)  # (B, kv_heads, group * L, D)
-        return out.view(rows, heads, width, dim)
-
-    def _attend_shared(
+    def _attend_parts(
         self,
         q: torch.Tensor,
         keys: torch.Tensor,
@@ -297,41 +294,81 @@ class LeanLlama:
         bias: torch.Tensor,
         parts: list[SharedPart],
     ) -> torch.Tensor:
-        """`_attend` over the shared prompt tree's levels (`parts`, in column order) and
-        each row's own keys: the rows reading one block are stacked as query rows of one
-        matmul against it, so a block is read once per step however many rows read it.
-        One softmax over all the parts, as `_attend`."""
+        """Attention of q (B, heads, L, D) over the shared prompt tree's levels (`parts`,
+        in column order) and each row's own keys, one part at a time, merged by their
+        log-sum-exps (`merge_parts`): the rows reading one block are stacked as query rows
+        of one call against it, so a block is read once per step however many rows read
+        it. The query heads sharing a kv head are stacked as extra query rows too, so
+        keys and values are never repeated (grouped-query attention)."""
         rows, heads, width, dim = q.shape
         grouped = q.reshape(rows, self.kv_heads, heads // self.kv_heads * width, dim)
         queries = grouped.shape[2]
-        spans, start = [], 0
+        outs, lses, start = [], [], 0
         for part in parts:
-            spans.append(slice(start, start + part.keys.shape[2]))
-            start = spans[-1].stop
-        scores = grouped.new_empty(rows, self.kv_heads, queries, start + keys.shape[2])
-        for part, span in zip(parts, spans, strict=True):
+            span = slice(start, start + part.keys.shape[2])
+            start = span.stop
+            out = grouped.new_empty(rows, self.kv_heads, queries, dim)
+            lse = grouped.new_empty(rows, self.kv_heads, queries)
             for block, members in part.groups:
-                stacked = grouped[members].transpose(0, 1).reshape(self.kv_heads, -1, dim)
-                scores[members, :, :, span] = (
-                    torch.matmul(stacked, part.keys[block].transpose(-1, -2))
-                    .view(self.kv_heads, -1, queries, span.stop - span.start)
-                    .transpose(0, 1)
+                stacked = grouped[members].transpose(0, 1).reshape(1, self.kv_heads, -1, dim)
+                block_bias = bias[members, 0, :, span].reshape(1, 1, -1, span.stop - span.start)
+                block_out, block_lse = attend_with_lse(
+                    stacked, part.keys[block][None], part.values[block][None], block_bias
                 )
-        scores[..., start:] = torch.matmul(grouped, keys.transpose(-1, -2))
-        probs = (scores * dim**-0.5 + bias).softmax(dim=-1)
-        out = torch.matmul(probs[..., start:], values)  # (B, kv_heads, group * L, D)
-        for part, span in zip(parts, spans, strict=True):
-            for block, members in part.groups:
-                stacked = probs[members, :, :, span].transpose(0, 1)
-                stacked = stacked.reshape(self.kv_heads, -1, span.stop - span.start)
-                read = torch.matmul(stacked, part.values[block])
-                out[members] += read.view(self.kv_heads, -1, queries, dim).transpose(0, 1)
-        return out.view(rows, heads, width, dim)
+                shape = (self.kv_heads, len(members), queries)
+                out[members] = block_out.view(*shape, dim).transpose(0, 1)
+                lse[members] = block_lse.view(shape).transpose(0, 1)
+            outs.append(out)
+            lses.append(lse)
+        own_out, own_lse = attend_with_lse(grouped, keys, values, bias[..., start:])
+        merged = merge_parts([*outs, own_out], [*lses, own_lse])
+        return merged.view(rows, heads, width, dim)
+
+
+#: PyTorch's fused CPU attention kernel, which also returns each query's log-sum-exp (the
+#: public `scaled_dot_product_attention` drops it): measured on 2 cores for a decode step
+#: (64 rows, 3 kv heads x 3 queries, 1,500 keys), fp32 9.5 ms against 10.1 ms for two
+#: matmuls and a softmax, and 5.1-5.5 ms with bf16 keys and values (half the bytes).
+_FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def attend_with_lse(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax attention of q (N, H, M, D) over keys and values (N, H, T, D) with an
+    additive bias (N, 1, M, T) of 0 / -inf, or None: the output (N, H, M, D) and each
+    query's log-sum-exp of its scaled scores (N, H, M), both fp32. q is cast to the keys'
+    dtype (bf16 keys: bf16 products, fp32 sums). Every query must see at least one key
+    (the fused kernel returns a log-sum-exp of 0 for a query that sees none)."""
+    scale = q.shape[-1] ** -0.5
+    if q.device.type == "cpu" and _FLASH_CPU is not None:
+        out, lse = _FLASH_CPU(
+            q.to(keys.dtype), keys, values, 0.0, False, attn_mask=bias, scale=scale
+        )
+        return out.float(), lse.float()
+    scores = torch.matmul(q, keys.transpose(-1, -2).to(q.dtype)) * scale
+    if bias is not None:
+        scores = scores + bias
+    lse = scores.logsumexp(dim=-1)
+    return torch.matmul((scores - lse[..., None]).exp(), values.to(q.dtype)), lse
+
+
+def merge_parts(outs: list[torch.Tensor], lses: list[torch.Tensor]) -> torch.Tensor:
+    """One softmax over several key spans from each span's attention output (N, H, M, D)
+    and log-sum-exp (N, H, M): each output weighted by its span's share of the total
+    probability mass, exp(lse - total)."""
+    if len(outs) == 1:
+        return outs[0]
+    total = torch.logsumexp(torch.stack(lses), dim=0)
+    merged = torch.zeros_like(outs[0])
+    for out, lse in zip(outs, lses, strict=True):
+        merged += (lse - total).exp()[..., None] * out
+    return merged
 
 
 def attention_bias(attend: torch.Tensor, group: int) -> torch.Tensor:
     """(B, 1, L, T) bool -> (B, 1, group * L, T) additive fp32 (0 or -inf), repeated for
-    the query heads of a group, as `LeanLlama._attend` stacks them."""
+    the query heads of a group, as `LeanLlama._attend_parts` stacks them."""
     bias = torch.zeros(attend.shape, dtype=torch.float32, device=attend.device)
     bias = bias.masked_fill(~attend, float("-inf"))
     rows, _, width, total = bias.shape
