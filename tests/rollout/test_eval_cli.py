@@ -180,3 +180,22 @@ def test_eval_model_shows_budget_and_turn_progress(tiny_model_dir: Path, tmp_pat
     assert "2 episodes, model" in result.stdout and "at most 5 new tokens" in result.stdout
     final = result.stderr.split("\r")[-1]  # the bar's last state
     assert re.search(r"2/2 \[.*turn 2/2 \| 20 tok \| \d+ tok/s\]", final), final
+
+
+def test_eval_model_can_hold_its_cache_in_bf16(tiny_model_dir: Path):
+    # --kv-dtype bf16 (rollout.kv_dtype): the lean backend's cache in bf16, said in the
+    # summary; the same greedy actions as the fp32 cache on a tiny model's few tokens.
+    settings = EpisodeSettings(max_turns=2, max_new_tokens=6, temperature=0.0)
+    runs = {
+        kv: evaluate_model(
+            "frozenlake", str(tiny_model_dir), [0, 1], settings, backend="lean", kv_dtype=kv
+        )
+        for kv in ("fp32", "bf16")
+    }
+    assert runs["bf16"][1]["kv_dtype"] == "bfloat16"
+    assert runs["fp32"][1]["kv_dtype"] == "float32"
+    tokens = {kv: [t.token_ids for t in r.trajectories] for kv, (r, _) in runs.items()}
+    assert tokens["bf16"] == tokens["fp32"]
+    flags = ["--policy", "model", "--out", "x", "--kv-dtype", "bf16"]
+    args = parse_args(["eval", "--env", "frozenlake", *flags])
+    assert args.kv_dtype == "bf16"
