@@ -154,11 +154,40 @@ def kv_bytes_read(keys: torch.Tensor, parts: list[SharedPart]) -> int:
 @dataclass(frozen=True)
 class SharedPart:
     """One level of a layer's shared prompt tree as attention reads it: the level's
-    blocks (blocks, kv_heads, columns, head_dim) and (block, rows reading it) pairs."""
+    blocks (blocks, kv_heads, columns, head_dim) and the reads of them (`BlockRead`)."""
 
     keys: torch.Tensor
     values: torch.Tensor
-    groups: list[tuple[int, torch.Tensor]]
+    groups: list[BlockRead]
+
+
+@dataclass(frozen=True)
+class BlockRead:
+    """One block and the rows reading it, with their additive bias over its columns as
+    one call stacks their queries: (1, 1, rows x query rows each, columns). The same in
+    every layer, so a forward slices it once."""
+
+    block: int
+    members: torch.Tensor
+    bias: torch.Tensor
+
+
+def block_reads(levels: list[Any], bias: torch.Tensor) -> list[list[BlockRead]]:
+    """Each level's `BlockRead`s, from the forward's bias (B, 1, query rows, T) whose
+    first columns are the levels' in order."""
+    reads, start = [], 0
+    for level in levels:
+        span = slice(start, start + level.columns)
+        start = span.stop
+        reads.append(
+            [
+                BlockRead(
+                    block, members, bias[members, 0, :, span].reshape(1, 1, -1, level.columns)
+                )
+                for block, members in level.groups()
+            ]
+        )
+    return reads
 
 
 class LeanLlama:
@@ -246,9 +275,10 @@ class LeanLlama:
         # faster from 16 rows on): one fused call with the mask, no extra (L, T) bias.
         copy_blocks = bool(store.levels) and width >= FUSED_SHARED_WIDTH
         read_levels = [] if copy_blocks else store.levels  # the levels read block by block
-        groups = [level.groups() for level in read_levels]
         manual = width == 1 or bool(read_levels)
         bias = attention_bias(attend, self.heads // self.kv_heads) if manual else None
+        groups = block_reads(read_levels, bias) if read_levels else []
+        own_bias = bias[..., store.shared :] if manual and read_levels else bias
         for i, w in enumerate(self.run_layers):
             qkv = self.linear(self._norm(x, w.input_norm), w.qkv, w.qkv_bias).float()
             qkv = qkv.view(rows, width, -1, self.head_dim).transpose(1, 2)  # (B, heads, L, D)
@@ -274,7 +304,7 @@ class LeanLlama:
                     enable_gqa=True,
                 ).float()
             else:
-                att = self._attend_parts(queries, keys, values, bias, parts)
+                att = self._attend_parts(queries, keys, values, own_bias, parts)
             self.attention.add(
                 width == 1, time.perf_counter() - started, kv_bytes_read(keys, parts)
             )
@@ -291,36 +321,34 @@ class LeanLlama:
         q: torch.Tensor,
         keys: torch.Tensor,
         values: torch.Tensor,
-        bias: torch.Tensor,
+        own_bias: torch.Tensor,
         parts: list[SharedPart],
     ) -> torch.Tensor:
-        """Attention of q (B, heads, L, D) over the shared prompt tree's levels (`parts`,
-        in column order) and each row's own keys, one part at a time, merged by their
-        log-sum-exps (`merge_parts`): the rows reading one block are stacked as query rows
-        of one call against it, so a block is read once per step however many rows read
-        it. The query heads sharing a kv head are stacked as extra query rows too, so
-        keys and values are never repeated (grouped-query attention)."""
+        """Attention of q (B, heads, L, D) over the shared prompt tree's levels (`parts`)
+        and each row's own keys (with `own_bias` over them), one part at a time, merged by
+        their log-sum-exps (`merge_parts`): the rows reading one block are stacked as
+        query rows of one call against it, so a block is read once per step however many
+        rows read it. The query heads sharing a kv head are stacked as extra query rows
+        too, so keys and values are never repeated (grouped-query attention)."""
         rows, heads, width, dim = q.shape
         grouped = q.reshape(rows, self.kv_heads, heads // self.kv_heads * width, dim)
         queries = grouped.shape[2]
-        outs, lses, start = [], [], 0
+        outs, lses = [], []
         for part in parts:
-            span = slice(start, start + part.keys.shape[2])
-            start = span.stop
             out = grouped.new_empty(rows, self.kv_heads, queries, dim)
             lse = grouped.new_empty(rows, self.kv_heads, queries)
-            for block, members in part.groups:
+            for read in part.groups:
+                members = read.members
                 stacked = grouped[members].transpose(0, 1).reshape(1, self.kv_heads, -1, dim)
-                block_bias = bias[members, 0, :, span].reshape(1, 1, -1, span.stop - span.start)
                 block_out, block_lse = attend_with_lse(
-                    stacked, part.keys[block][None], part.values[block][None], block_bias
+                    stacked, part.keys[read.block][None], part.values[read.block][None], read.bias
                 )
                 shape = (self.kv_heads, len(members), queries)
                 out[members] = block_out.view(*shape, dim).transpose(0, 1)
                 lse[members] = block_lse.view(shape).transpose(0, 1)
             outs.append(out)
             lses.append(lse)
-        own_out, own_lse = attend_with_lse(grouped, keys, values, bias[..., start:])
+        own_out, own_lse = attend_with_lse(grouped, keys, values, own_bias)
         merged = merge_parts([*outs, own_out], [*lses, own_lse])
         return merged.view(rows, heads, width, dim)
 

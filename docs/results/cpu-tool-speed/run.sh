@@ -1,0 +1,19 @@
+#!/bin/bash
+# Issue 63's tool-speed benches, one after another (each alone on the machine: two heavy
+# jobs on 2 cores slow each other several times over). Output in runs/bench-*.log; the
+# results folder keeps what they printed, progress bars left out.
+#   bash docs/results/cpu-tool-speed/run.sh            # the step, then an evaluation batch
+#   WAIT_PID=1234 bash docs/results/cpu-tool-speed/run.sh   # start once that job has ended
+cd "$(dirname "$0")/../../.."  # the repository root
+if [ -n "$WAIT_PID" ]; then
+  while kill -0 "$WAIT_PID" 2>/dev/null; do sleep 20; done
+fi
+mkdir -p runs
+# One preset step against: signatures + 4x8 + no context gradient (9), the bf16 cache
+# (10), and all of them (11).
+.venv/bin/python bench/bench_step.py --env invoice --contenders 0 9 10 11 \
+    --sft-episodes 8 --sft-epochs 1 > runs/bench-step-invoice-kv.log 2>&1
+# An evaluation's batch of 64 cases: a copy of the system prompt per case, one block,
+# one block with a bf16 cache.
+.venv/bin/python bench/bench_shared_start.py --cases 64 --repeats 1 --bf16-cache \
+    > runs/bench-shared-start-kv.log 2>&1
