@@ -58,7 +58,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_decode.py
 	$(BIN)/python bench/bench_int8.py
 	$(BIN)/python bench/bench_rollout.py
-	$(BIN)/python bench/bench_shared_start.py --cases 64 --repeats 1
+	$(BIN)/python bench/bench_decode_attention.py
+	$(BIN)/python bench/bench_shared_start.py --cases 64 --repeats 1 --bf16-cache
 	$(BIN)/python bench/bench_update.py
 	$(BIN)/python bench/bench_workers.py
 	$(BIN)/python bench/bench_memory.py
