@@ -273,7 +273,7 @@ DISTINCT_START = [COMMON + [5, 6], COMMON + [4], COMMON + [7], COMMON + [8, 9, 1
 @pytest.mark.parametrize(
     "backend_class,copy_from",
     [(HFBackend, None), (LeanBackend, 16), (LeanBackend, 10**6)],
-    ids=["hf", "lean", "lean-two-matmuls"],
+    ids=["hf", "lean", "lean-block-by-block"],
 )
 @pytest.mark.parametrize("prompts", [SHARED_START, DISTINCT_START], ids=["groups", "distinct"])
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -281,7 +281,7 @@ def test_a_common_prompt_start_is_encoded_once_and_changes_nothing(
     tiny, backend_class, copy_from, prompts, temperature, monkeypatch
 ):
     # The second turn feeds 1-19 tokens a row: on the lean backend a feed that wide reads
-    # the shared blocks copied into each row (FUSED_SHARED_WIDTH), or through two matmuls.
+    # the shared blocks copied into each row (FUSED_SHARED_WIDTH), or block by block.
     model, tokenizer = tiny
     params = SamplingParams(max_new_tokens=8, temperature=temperature)
     if copy_from is not None:
