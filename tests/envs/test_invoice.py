@@ -57,7 +57,13 @@ def with_arguments(call: str, **changes: Any) -> str:
 # --------------------------------------------------------------------- contract
 @pytest.mark.parametrize(
     "kwargs",
-    [{}, {"split": "heldout"}, {"max_lines": 1, "distractors": 0}, {"max_steps": 2}],
+    [
+        {},
+        {"split": "heldout"},
+        {"max_lines": 1, "distractors": 0},
+        {"max_steps": 2},
+        {"turn_reward": 0.1},
+    ],
 )
 def test_check_env_passes(kwargs: dict[str, Any]):
     check_env(InvoiceEnv(**kwargs))
@@ -443,9 +449,57 @@ def test_reset_options_choose_the_problem():
         {"split": "test"},
         {"max_steps": 0},
         {"max_steps": 1000},
+        {"turn_reward": -0.1},
+        {"turn_reward": 2},
+        {"turn_reward": "0.1"},
+        {"turn_reward": True},
     ],
 )
 def test_bad_kwargs_are_one_line_user_errors(kwargs: dict[str, Any]):
     with pytest.raises(UserError) as err:
         InvoiceEnv(**kwargs)
     assert "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------- turn-level reward
+def _rewards(env: InvoiceEnv, seed: int, calls: list[str]) -> list[float]:
+    env.reset(seed=seed)
+    return [env.step(text)[1] for text in calls]
+
+
+def test_turn_reward_pays_each_lookup_the_rules_call_for_and_only_those():
+    # Off by default: the gold episode scores 0 until its decision's 1.0. On: each gold
+    # lookup earns the turn reward, the decision its final score alone.
+    for seed in range(40):
+        env = InvoiceEnv(turn_reward=0.1)
+        env.reset(seed=seed)
+        calls = gold_calls(env.case)
+        lookups = len(calls) - 1
+        assert _rewards(InvoiceEnv(), seed, calls) == [0.0] * lookups + [1.0]
+        assert _rewards(env, seed, calls) == [0.1] * lookups + [1.0]
+        assert env.is_success()
+
+
+def test_turn_reward_judges_order_repeats_spelling_and_the_final_call():
+    env = InvoiceEnv(turn_reward=0.1)
+    seed = next(s for s in range(100) if _problem(env, s) == "quantity_mismatch")
+    env.reset(seed=seed)
+    vendors, ledger, order, receipt, decision = gold_calls(env.case)
+    name = json.loads(vendors)["arguments"]["name"]
+    respelt = call_text("search_vendors", {"name": f"  {name.lower()} "})
+    # out of order (the PO before the vendor check), a repeat, then the vendor as the
+    # rules ask it, spelt otherwise: only the last is news the rules call for.
+    assert _rewards(env, seed, [order, vendors, vendors]) == [0.0, 0.1, 0.0]
+    assert _rewards(env, seed, [respelt, ledger]) == [0.1, 0.1]
+    # a lookup of a record that does not exist is a tool error: no reward
+    assert _rewards(env, seed, [call_text("get_purchase_order", {"po_id": "PO-0"})]) == [0.0]
+    # the right lookups, then a wrong decision: the lookups keep their reward, the
+    # decision scores 0
+    wrong = json.loads(decision)
+    wrong["arguments"]["reason"] = "price_mismatch"
+    rewards = _rewards(env, seed, [vendors, ledger, order, receipt, json.dumps(wrong)])
+    assert rewards == [0.1, 0.1, 0.1, 0.1, 0.0] and not env.is_success()
+
+
+def _problem(env: InvoiceEnv, seed: int) -> str:
+    return env.reset(seed=seed)[1]["problem"]

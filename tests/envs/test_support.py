@@ -51,7 +51,13 @@ def args_of(text: str) -> tuple[str, dict]:
 # ------------------------------------------------------------------------ contract
 @pytest.mark.parametrize(
     "kwargs",
-    [{}, {"split": "heldout"}, {"max_items": 1, "distractor_orders": 0}, {"requests": "cancel"}],
+    [
+        {},
+        {"split": "heldout"},
+        {"max_items": 1, "distractor_orders": 0},
+        {"requests": "cancel"},
+        {"turn_reward": 0.1},
+    ],
 )
 def test_checker_passes(kwargs):
     assert "determinism" in check_env(SupportEnv(**kwargs))
@@ -468,3 +474,20 @@ def test_bad_kwargs_are_one_line_user_errors(kwargs):
     with pytest.raises(UserError) as err:
         SupportEnv(**kwargs)
     assert "\n" not in str(err.value)
+
+
+def test_turn_reward_pays_each_step_of_the_gold_plan_and_only_those():
+    # Each gold call before resolve earns the turn reward (asked before it runs), resolve
+    # its final score alone; a call off the plan, or the same question again, earns 0.
+    for seed in range(40):
+        env = SupportEnv(turn_reward=0.1)
+        env.reset(seed=seed)
+        calls = gold_calls(env.case)
+        rewards = [env.step(text)[1] for text in calls]
+        assert rewards == [0.1] * (len(calls) - 1) + [1.0] and env.is_success()
+        env.reset(seed=seed)
+        first = calls[0]
+        assert [env.step(first)[1], env.step(first)[1]] == [0.1, 0.0]
+    env = SupportEnv()
+    env.reset(seed=0)
+    assert {env.step(text)[1] for text in gold_calls(env.case)[:-1]} == {0.0}  # off: none

@@ -347,15 +347,23 @@ class ToolEnv(TextEnv):
     ToolError), `render` (the case as the agent first reads it: a document, a request),
     `snapshot` (the comparable state, e.g. its database), `final_reward` (the score of the
     final state against the gold one, in [0, 1]) and `is_success`. Optional:
-    `optimal_action` (the gold solver's next call as text) and `explain`.
+    `optimal_action` (the gold solver's next call as text), `explain`, and `follows_plan`
+    (whether a call is the one the rules call for now: the turn-level reward's judge).
+
+    `turn_reward` > 0 (an env argument, off by default) adds a verifiable reward per turn
+    beside the final one: each call that does what the rules call for next (the right
+    lookup, with arguments that find the right record; a step of the gold plan) and runs
+    earns it, judged before the call changes anything, so a repeated lookup earns nothing.
+    The call that ends the episode scores `final_reward` alone.
     """
 
     #: The tools the agent may call; one or more `ends_episode`.
     tools: ClassVar[tuple[Tool, ...]] = ()
     answer_format = 'tool calls, each <tool_call>{"name": ..., "arguments": {...}}</tool_call>'
 
-    def __init__(self, max_steps: int) -> None:
+    def __init__(self, max_steps: int, turn_reward: float = 0.0) -> None:
         super().__init__(max_steps)
+        self.turn_reward = check_turn_reward(turn_reward)
         self._call_error = ""  # why the last call was invalid, for its info
 
     # ------------------------------------------------------------- subclass hooks
@@ -382,6 +390,11 @@ class ToolEnv(TextEnv):
     def action_label(self, action: ToolCall) -> str:
         return action.text()
 
+    def follows_plan(self, call: ToolCall) -> bool:
+        """Whether `call` (well formed, not yet run) is what the rules call for now, as the
+        gold solver would make it; an env without a plan says False (no turn reward)."""
+        return False
+
     def sample_action(self, rng: np.random.Generator) -> str:
         """A random tool with random well-formed arguments."""
         tool = self.tools[int(rng.integers(len(self.tools)))]
@@ -389,12 +402,17 @@ class ToolEnv(TextEnv):
 
     def _step(self, action: ToolCall) -> tuple[float, bool, bool, dict[str, Any]]:
         tool = next(t for t in self.tools if t.name == action.name)
+        # Judged on the state before the call: a lookup counts once, when it is news.
+        on_plan = self.turn_reward > 0 and not tool.ends_episode and self.follows_plan(action)
         try:
             result, ran = self.call_tool(action.name, dict(action.arguments)), True
         except ToolError as exc:
             result, ran = f"Error: {exc}", False
         ends = tool.ends_episode and ran
-        reward = float(self.final_reward()) if ends else 0.0
+        if ends:
+            reward = float(self.final_reward())
+        else:
+            reward = self.turn_reward if on_plan and ran else 0.0
         return reward, ends, ran, {"tool_result": result}
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -413,6 +431,17 @@ class ToolEnv(TextEnv):
     def tool_schemas(cls) -> list[dict[str, Any]]:
         """Every tool's OpenAI function schema."""
         return [tool.schema() for tool in cls.tools]  # fresh copies (Tool.schema)
+
+
+def check_turn_reward(value: Any) -> float:
+    """`turn_reward` as a float in [0, 1], or a UserError naming the fix."""
+    from starpo.errors import UserError
+
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise UserError(
+            f"turn_reward must be a number from 0 to 1 (0 = off; e.g. 0.1), got {value!r}"
+        )
+    return float(value)
 
 
 def is_tool_env(env: Any) -> bool:

@@ -154,7 +154,8 @@ class InvoiceEnv(ToolEnv):
     Difficulty: `max_lines` lines per invoice (1..max_lines), `distractors` extra vendors,
     purchase orders and ledger entries, `problems` the problem types drawn from (uniformly;
     default: every type of the split), `split` "train" or "heldout" (held-out vendor names,
-    and the only split that plants tax_error), `max_steps` the budget of tool calls.
+    and the only split that plants tax_error), `max_steps` the budget of tool calls,
+    `turn_reward` the reward of each lookup the rules call for next (`ToolEnv`; 0 = off).
     """
 
     description: ClassVar[str] = "Accounts payable: approve, hold or reject an invoice."
@@ -168,6 +169,7 @@ class InvoiceEnv(ToolEnv):
         problems: Sequence[str] | None = None,
         split: str = "train",
         max_steps: int = 10,
+        turn_reward: float = 0.0,
     ) -> None:
         if split not in SPLITS:
             raise UserError(f"split must be 'train' or 'heldout', got {split!r}")
@@ -175,7 +177,7 @@ class InvoiceEnv(ToolEnv):
         self.max_lines = _check_int("max_lines", max_lines, 1, MAX_LINES)
         self.distractors = _check_int("distractors", distractors, 0, MAX_DISTRACTORS)
         self.problems = _check_problems(problems, split)
-        super().__init__(max_steps=_check_int("max_steps", max_steps, 1, MAX_STEPS))
+        super().__init__(_check_int("max_steps", max_steps, 1, MAX_STEPS), turn_reward)
         self.reward_range = (0.0, 1.0)
         self.case: Case | None = None
         self.ledger: list[dict[str, Any]] = []
@@ -337,6 +339,18 @@ class InvoiceEnv(ToolEnv):
     def optimal_action(self) -> str | None:
         call = self._next_gold()
         return None if call is None else call_text(*call)
+
+    def follows_plan(self, call: Any) -> bool:
+        """Whether `call` is the next lookup the rules call for: the gold plan's first
+        lookup whose result has not been seen, by its result (any spelling that finds the
+        same records, as a lookup counts as made)."""
+        gold = self._next_gold()
+        if gold is None or gold[0] == "record_decision" or call.name != gold[0]:
+            return False
+        try:
+            return self._lookup(call.name, dict(call.arguments)) == self._lookup(*gold)
+        except ToolError:
+            return False
 
     def optimal_success_probability(self) -> float:
         """1.0 while the lookups still to make and the decision fit in the calls left,

@@ -95,7 +95,8 @@ TOOLS = (
 
 
 class SupportEnv(ToolEnv):
-    """Resolve one customer's request within the written policy, with tool calls."""
+    """Resolve one customer's request within the written policy, with tool calls.
+    `turn_reward` > 0 rewards each call that is the gold plan's next step (`ToolEnv`)."""
 
     description: ClassVar[str] = "Customer support: resolve a request within the policy."
     tools: ClassVar[tuple[Tool, ...]] = TOOLS
@@ -114,6 +115,7 @@ class SupportEnv(ToolEnv):
         requests: Any = None,
         split: str = "train",
         max_steps: int = 12,
+        turn_reward: float = 0.0,
     ) -> None:
         self.max_items = _check_int("max_items", max_items, 1, MAX_ITEMS)
         self.distractor_orders = _check_int(
@@ -123,7 +125,7 @@ class SupportEnv(ToolEnv):
             raise UserError(f"split must be 'train' or 'heldout', got {split!r}")
         self.split = split
         self.requests = _check_requests(requests, split)
-        super().__init__(_check_int("max_steps", max_steps, 1, MAX_STEPS))
+        super().__init__(_check_int("max_steps", max_steps, 1, MAX_STEPS), turn_reward)
         self.reward_range = (0.0, 1.0)
         self.case: Case | None = None
         self.message = ""
@@ -296,21 +298,24 @@ class SupportEnv(ToolEnv):
         steps = self._plan()
         return 1.0 if steps is not None and len(steps) <= self.steps_left else 0.0
 
+    def follows_plan(self, call: Any) -> bool:
+        """Whether `call` is the gold plan's next step (ids and amounts compared as the
+        tools compare them): a question, a lookup or an action the policy allows."""
+        steps = self._plan()
+        if not steps:
+            return False
+        gold = steps[0]
+        return call.name == gold.name and _key(call.arguments) == _key(gold.arguments)
+
     def explain(self, action: str) -> str | None:
         """Why the gold call is made, when `action` is that call (read as step() reads
         it, ids and amounts compared as the tools compare them); None otherwise, for any
         `action` at all (it never raises)."""
-        steps = self._plan()
-        if not steps:
-            return None
         try:
             call = read_call(action, self.tools)
         except ToolCallError:
             return None
-        gold = steps[0]
-        if call.name != gold.name or _key(call.arguments) != _key(gold.arguments):
-            return None
-        return gold.why
+        return self._plan()[0].why if self.follows_plan(call) else None
 
 
 # -------------------------------------------------------------------------- helpers
