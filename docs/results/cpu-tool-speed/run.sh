@@ -9,11 +9,14 @@ if [ -n "$WAIT_PID" ]; then
   while kill -0 "$WAIT_PID" 2>/dev/null; do sleep 20; done
 fi
 mkdir -p runs
-# One preset step against: signatures + 4x8 + no context gradient (9), the bf16 cache
-# (10), and all of them (11).
-.venv/bin/python bench/bench_step.py --env invoice --contenders 0 9 10 11 \
+# One preset step against the bf16 cache (10), and signatures + 4x8 + no context gradient
+# + the bf16 cache (11); contender 9 (the same without the bf16 cache) was measured on
+# 2026-12-07 before it (bench-step-invoice-2026-12-07.txt).
+.venv/bin/python bench/bench_step.py --env invoice --contenders 0 10 11 \
     --sft-episodes 8 --sft-epochs 1 > runs/bench-step-invoice-kv.log 2>&1
-# An evaluation's batch of 64 cases: a copy of the system prompt per case, one block,
+# One decode step's attention three ways, against the read bandwidth.
+.venv/bin/python bench/bench_decode_attention.py > runs/bench-decode-attention.log 2>&1
+# An evaluation's batch of 32 cases: a copy of the system prompt per case, one block,
 # one block with a bf16 cache.
-.venv/bin/python bench/bench_shared_start.py --cases 64 --repeats 1 --bf16-cache \
+.venv/bin/python bench/bench_shared_start.py --cases 32 --repeats 1 --bf16-cache \
     > runs/bench-shared-start-kv.log 2>&1
