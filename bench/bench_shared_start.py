@@ -11,7 +11,9 @@ start with the same system message: a tool env's ~500 tokens of tool schemas and
 that common start once either way; the question is what the cache holds afterwards:
 
 - copy per prompt: each row gets its own copy of the start's keys and values, and
-  attention reads it once per row at every decode step;
+  attention reads it once per row at every decode step; first with attention as two
+  matmuls around a softmax (the way before 2026-12-07: the ratios' base), then on
+  PyTorch's fused attention kernel (parts merged by log-sum-exp);
 - one block: every row reads one shared block (`LeanBackend.share_common_start`, the
   default), so a decode step's attention reads it once for all rows;
 - with `--bf16-cache`, one block and keys and values in bf16 (`rollout.kv_dtype=bf16`,
@@ -23,7 +25,7 @@ one block its rollouts read either way; the question is the system prompt: copie
 every case's block, or a level of its own (a prefix tree: system -> case -> episode), one
 block for all rows.
 
-Both play the same cases greedily (sampled, with groups) with the env preset's episode
+All play the same cases greedily (sampled, with groups) with the env preset's episode
 layout, side by side in one process, alternating, `--repeats` times each (the median is
 printed). Printed: seconds, generated tokens/s, the ratio, and how many episodes the two
 played token for token. The two differ only in the order attention sums its terms: with
@@ -51,8 +53,10 @@ from starpo.config import load_config  # noqa: E402
 from starpo.models import load_model  # noqa: E402
 from starpo.models.precision import rollout_dtype  # noqa: E402
 from starpo.rollout import RolloutEngine  # noqa: E402
+from starpo.rollout.backends import lean_decoder  # noqa: E402
 from starpo.rollout.backends.lean import LeanBackend  # noqa: E402
 
+FUSED_KERNEL = lean_decoder._FLASH_CPU
 PRESETS = {"invoice": "cpu-invoice-sft-starpo-s", "support": "cpu-support-sft-starpo-s"}
 
 
@@ -110,6 +114,7 @@ def main() -> None:
         f"torch {torch.__version__}"
     )
     ways = [
+        Way(False, torch.float32, fused=False),
         Way(False, torch.float32),
         Way(True, torch.float32),
         *([Way(True, torch.bfloat16)] if args.bf16_cache else []),
@@ -154,17 +159,22 @@ class Way:
 
     shared: bool  # one block (a level of its own) against a copy per prompt
     kv_dtype: torch.dtype
+    # PyTorch's fused attention kernel, or two matmuls around a softmax (the lean
+    # decoder's decode attention before 2026-12-07; its path off the CPU still)
+    fused: bool = True
 
     def apply(self, backend: LeanBackend) -> None:
         backend.share_common_start = self.shared
         backend.kv_dtype = self.kv_dtype
+        lean_decoder._FLASH_CPU = FUSED_KERNEL if self.fused else None
 
     def label(self, group: int) -> str:
         if group == 1:
             where = "one block for all" if self.shared else "a copy of the start per prompt"
         else:
             where = "two levels: start, case" if self.shared else "the start in each case's block"
-        return f"{where}, {str(self.kv_dtype).removeprefix('torch.')}"
+        kernel = "" if self.fused else ", two matmuls"
+        return f"{where}, {str(self.kv_dtype).removeprefix('torch.')}{kernel}"
 
 
 if __name__ == "__main__":
