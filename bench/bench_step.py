@@ -256,7 +256,7 @@ def same_episodes(a: StepFigures, b: StepFigures) -> bool:
 
 
 HEADER = (
-    f"  {'contender':<34}{'rollout s':>10}{'update s':>10}{'other s':>9}{'step s':>9}"
+    f"  {'contender':<42}{'rollout s':>10}{'update s':>10}{'other s':>9}{'step s':>9}"
     f"{'speed-up':>9}  {'prefilled':>9}{'decoded':>8}{'trained':>8}"
     f"{'roll %pk':>9}{'upd %pk':>8}  same  episodes"
 )
@@ -267,7 +267,7 @@ def row(name: str, r: StepFigures, base: StepFigures, peak: float) -> str:
     roll_share = r.rollout_flops / max(r.rollout_s, 1e-9) / 1e9 / peak
     upd_share = r.update_flops / max(r.update_s, 1e-9) / 1e9 / peak
     return (
-        f"  {name:<34}{r.rollout_s:>10.1f}{r.update_s:>10.1f}{r.other_s:>9.1f}"
+        f"  {name:<42}{r.rollout_s:>10.1f}{r.update_s:>10.1f}{r.other_s:>9.1f}"
         f"{r.total_s:>9.1f}{base.total_s / r.total_s:>8.2f}x  {r.prefilled:>9}"
         f"{r.decoded:>8}{r.trained:>8}{roll_share:>9.1%}{upd_share:>8.1%}"
         f"  {'yes' if same_episodes(base, r) else 'no ':<4}  {episode_summary(r)}"
@@ -280,11 +280,11 @@ def attention_line(name: str, r: StepFigures, bandwidth: float) -> str:
     step's attention reads every cached column once: bandwidth is its bound)."""
     a = r.attention
     if a is None:
-        return f"  {name:<34}attention: not counted (not the lean decoder)"
+        return f"  {name:<42}attention: not counted (not the lean decoder)"
     gb = a.decode_bytes / 1e9
     rate = gb / max(a.decode_s, 1e-9)
     return (
-        f"  {name:<34}attention: decode {a.decode_s:.1f} s ({a.decode_s / r.rollout_s:.0%} "
+        f"  {name:<42}attention: decode {a.decode_s:.1f} s ({a.decode_s / r.rollout_s:.0%} "
         f"of the rollout), {gb:.1f} GB of keys and values read, {rate:.1f} GB/s = "
         f"{rate / bandwidth:.0%} of the read bandwidth; prompts and observations "
         f"{a.feed_s:.1f} s ({a.feed_s / r.rollout_s:.0%})"

@@ -113,6 +113,7 @@ def test_rollout_section_builds_the_engine_settings_from_one_definition():
         "dtype",
         "workers",
         "share_histories",
+        "kv_dtype",
     }
     assert set(RolloutConfig.model_fields) == episode | per_step
     for name, f in EpisodeSettings.model_fields.items():  # the one definition's default, help

@@ -62,7 +62,7 @@ class LeanBackend(HFBackend):
             model, pad_token_id=pad_token_id, seed=seed, share_histories=share_histories
         )
         self.compute_dtype = weights_dtype
-        self.kv_dtype = torch.float32
+        self.numerics = self._numerics(self.lean.kv_dtype)
         self.room = 0  # columns the current generate() call may still append
         # Exact either way (the same tokens, log-probs within fp32 rounding); off only to
         # measure it (bench/bench_shared_start.py).
@@ -77,10 +77,14 @@ class LeanBackend(HFBackend):
     @kv_dtype.setter
     def kv_dtype(self, dtype: torch.dtype) -> None:
         self.lean.kv_dtype = dtype
+        self.numerics = self._numerics(dtype)
+
+    def _numerics(self, cache: torch.dtype) -> BackendNumerics:
+        """Exact only with fp32 weights and an fp32 cache."""
         weights = str(self.compute_dtype).removeprefix("torch.")
-        exact = self.compute_dtype == torch.float32 and dtype == torch.float32
-        cache = str(dtype).removeprefix("torch.")
-        self.numerics = BackendNumerics("lean", weights, exact, self.lean.kernel, cache)
+        exact = self.compute_dtype == torch.float32 and cache == torch.float32
+        kv = str(cache).removeprefix("torch.")
+        return BackendNumerics("lean", weights, exact, self.lean.kernel, kv)
 
     def update_weights(self, model: Any, version: int) -> None:
         super().update_weights(model, version)
