@@ -301,11 +301,16 @@ class SupportEnv(ToolEnv):
     def follows_plan(self, call: Any) -> bool:
         """Whether `call` is the gold plan's next step (ids and amounts compared as the
         tools compare them): a question, a lookup or an action the policy allows."""
+        return self._gold_step(call) is not None
+
+    def _gold_step(self, call: Any) -> Any:
+        """The gold plan's next step when `call` is it, else None."""
         steps = self._plan()
         if not steps:
-            return False
+            return None
         gold = steps[0]
-        return call.name == gold.name and _key(call.arguments) == _key(gold.arguments)
+        same = call.name == gold.name and _key(call.arguments) == _key(gold.arguments)
+        return gold if same else None
 
     def explain(self, action: str) -> str | None:
         """Why the gold call is made, when `action` is that call (read as step() reads
@@ -315,7 +320,8 @@ class SupportEnv(ToolEnv):
             call = read_call(action, self.tools)
         except ToolCallError:
             return None
-        return self._plan()[0].why if self.follows_plan(call) else None
+        gold = self._gold_step(call)
+        return None if gold is None else gold.why
 
 
 # -------------------------------------------------------------------------- helpers

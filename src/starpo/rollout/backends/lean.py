@@ -17,10 +17,11 @@ Same sessions, shared-prompt encoding and sampling as `HFBackend`, with a faster
   With fp32 weights the lean forward uses the training model's own tensors (no copy) and
   its log-probs match the transformers forward within fp32 rounding.
 - The cache may hold bf16 keys and values (`kv_dtype`, rollout.kv_dtype): a decode step's
-  attention reads every cached column once a row, so half the bytes take about half the
-  time (on 2 cores: 64 rows x 1,500 columns, 9.5 ms fp32 against 5.1-5.5 ms bf16). The
-  values are bf16 already when the weights are; the keys get one more rounding after
-  their rotary embedding. Opt-in: inexact, like bf16 weights.
+  attention reads every cached column once a row, so half the bytes take less time (on a
+  2-core Xeon with native bf16: 64 rows x 1,500 columns, 8.89 ms fp32 against 6.18 ms
+  bf16, `bench/bench_decode_attention.py`). The values are bf16 already when the weights
+  are; the keys get one more rounding after their rotary embedding. Opt-in: inexact,
+  like bf16 weights.
 
 Supported: decoder-only Llama-shaped models (Llama, SmolLM, Qwen2, Mistral without sliding
 window): `lean_support(model)` names what is missing otherwise, and the "auto" backend then

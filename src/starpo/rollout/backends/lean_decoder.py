@@ -147,7 +147,7 @@ def kv_bytes_read(keys: torch.Tensor, parts: list[SharedPart]) -> int:
     read = 2 * keys.numel() * keys.element_size()
     for part in parts:
         block = part.keys[0]
-        read += 2 * len(part.groups) * block.numel() * block.element_size()
+        read += 2 * len(part.reads) * block.numel() * block.element_size()
     return read
 
 
@@ -158,7 +158,7 @@ class SharedPart:
 
     keys: torch.Tensor
     values: torch.Tensor
-    groups: list[BlockRead]
+    reads: list[BlockRead]
 
 
 @dataclass(frozen=True)
@@ -248,8 +248,9 @@ class LeanLlama:
 
     def new_store(self, rows: int, device: torch.device) -> KVStore:
         # fp32 keys and values unless asked otherwise (rollout.kv_dtype): bf16 halves the
-        # bytes a decode step's attention reads (~2x faster on 2 cores), at one more
-        # rounding of each key (values are bf16 already when the weights are).
+        # bytes a decode step's attention reads (1.44x faster on a 2-core native-bf16 CPU,
+        # `_FLASH_CPU`), at one more rounding of each key (values are bf16 already when
+        # the weights are).
         return KVStore(len(self.layers), rows, self.kv_heads, self.head_dim, self.kv_dtype, device)
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -271,14 +272,14 @@ class LeanLlama:
         # the keys (a level's blocks, the rows' own columns) attended apart and merged by
         # log-sum-exp, a block read once for all the rows reading it, the query heads of a
         # kv head stacked as one call's query rows. A wide feed (a prompt, a turn's
-        # observation) over no levels, or over levels copied into each row's keys (~3x
-        # faster from 16 rows on): one fused call with the mask, no extra (L, T) bias.
+        # observation) over no levels, or over levels copied into each row's keys (from
+        # FUSED_SHARED_WIDTH rows on): one fused call with the mask, no extra (L, T) bias.
         copy_blocks = bool(store.levels) and width >= FUSED_SHARED_WIDTH
         read_levels = [] if copy_blocks else store.levels  # the levels read block by block
         manual = width == 1 or bool(read_levels)
         bias = attention_bias(attend, self.heads // self.kv_heads) if manual else None
-        groups = block_reads(read_levels, bias) if read_levels else []
-        own_bias = bias[..., store.shared :] if manual and read_levels else bias
+        reads = block_reads(read_levels, bias)  # [] when no level is read block by block
+        own_bias = bias[..., store.shared :] if read_levels else bias
         for i, w in enumerate(self.run_layers):
             qkv = self.linear(self._norm(x, w.input_norm), w.qkv, w.qkv_bias).float()
             qkv = qkv.view(rows, width, -1, self.head_dim).transpose(1, 2)  # (B, heads, L, D)
@@ -291,8 +292,8 @@ class LeanLlama:
                 keys = torch.cat([shared_keys, keys], dim=2)
                 values = torch.cat([shared_values, values], dim=2)
             parts = [
-                SharedPart(level.keys[i], level.values[i], level_groups)
-                for level, level_groups in zip(read_levels, groups, strict=True)
+                SharedPart(level.keys[i], level.values[i], level_reads)
+                for level, level_reads in zip(read_levels, reads, strict=True)
             ]
             if bias is None:
                 att = F.scaled_dot_product_attention(
@@ -337,7 +338,7 @@ class LeanLlama:
         for part in parts:
             out = grouped.new_empty(rows, self.kv_heads, queries, dim)
             lse = grouped.new_empty(rows, self.kv_heads, queries)
-            for read in part.groups:
+            for read in part.reads:
                 members = read.members
                 stacked = grouped[members].transpose(0, 1).reshape(1, self.kv_heads, -1, dim)
                 block_out, block_lse = attend_with_lse(
@@ -354,9 +355,10 @@ class LeanLlama:
 
 
 #: PyTorch's fused CPU attention kernel, which also returns each query's log-sum-exp (the
-#: public `scaled_dot_product_attention` drops it): measured on 2 cores for a decode step
-#: (64 rows, 3 kv heads x 3 queries, 1,500 keys), fp32 9.5 ms against 10.1 ms for two
-#: matmuls and a softmax, and 5.1-5.5 ms with bf16 keys and values (half the bytes).
+#: public `scaled_dot_product_attention` drops it). One decode step's attention (64 rows,
+#: 3 kv heads x 3 queries, 1,500 keys; `bench/bench_decode_attention.py`, 2-core Xeon with
+#: native bf16): 8.89 ms fp32 against 11.26 ms for two matmuls around a softmax, 6.18 ms
+#: with bf16 keys and values (half the bytes).
 _FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
