@@ -444,6 +444,7 @@ def test_direct_construction_is_validated_and_coerced():
         (["diagnostics.std_key=[a]"], "'diagnostics.std_key' expects a string"),
         (["diagnostics.windw=3"], "did you mean 'diagnostics.window'?"),
         (["diagnostics.identical_warn=0.95"], "must be <= diagnostics.identical_collapse=0.9"),
+        (["diagnostics.answer_warn=0.7"], "must be <= diagnostics.answer_collapse=0.6"),
     ],
 )
 def test_validation_errors_are_one_line_and_name_the_key(overrides, expected):
@@ -653,6 +654,8 @@ COUPLED = {
     "optim.detach_context",  # needs rollout.context_window=full
     "diagnostics.identical_warn",  # <= diagnostics.identical_collapse
     "diagnostics.identical_collapse",
+    "diagnostics.answer_warn",  # <= diagnostics.answer_collapse
+    "diagnostics.answer_collapse",
 }
 TEXT = st.text(string.ascii_letters + string.digits + " -_/.:,#{}[]'\"=!@", max_size=12)
 SCALAR = st.one_of(st.integers(), st.floats(allow_nan=False), st.booleans(), TEXT)

@@ -143,6 +143,10 @@ class Trajectory:
     # Where the episode began when a curriculum started it part-way (the env's reset option
     # "start", a `TextEnv.start_state()` value); None = the seed's own start, the full task.
     start: Any = None
+    # A decision task's final answer (`TextEnv.answer()`): the label the agent gave and
+    # the one the rules call for; None for tasks without one and older records.
+    answer: str | None = None
+    gold_answer: str | None = None
 
     @property
     def reward(self) -> float:

@@ -118,3 +118,17 @@ def test_a_curriculum_run_gets_the_signal_and_controller_panels(tmp_path):
         ("pass rate", "signal/pass_rate"),
         ("target", "curriculum/target"),
     ]
+
+
+def test_a_decision_task_run_gets_the_answer_overuse_panel(tmp_path):
+    run = tmp_path / "invoice"
+    run.mkdir()
+    records = [{"step": s, "train/invoice/answer_overuse": 0.1 * s} for s in range(1, 6)]
+    records[-1]["val/invoice/answer_overuse"] = 0.3
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert "answers.png" in {p.name for p in write_report([run])}
+    assert run_panels([load_run(run)]) == (*PANELS, _panel("answers"))
+    assert panel_series(load_run(run), _panel("answers")) == [
+        ("train", "train/invoice/answer_overuse"),
+        ("val", "val/invoice/answer_overuse"),
+    ]

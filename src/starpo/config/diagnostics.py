@@ -37,6 +37,11 @@ class DiagnosticsConfig(ConfigSection):
     identical_key: str = _f(
         "diagnostics/identical_in_group", "Metric of the share of identical responses in a group."
     )
+    answer_key: str = _f(
+        "train/*/answer_overuse",
+        "Metric of a decision task's answer overuse (the largest share of cases of other "
+        "kinds that got one answer; invoice, support).",
+    )
     retrieval_key: str = _f(
         "diagnostics/mi/first_turn/retrieval_acc",
         "Metric of the template-collapse probe's retrieval accuracy (see mi_every).",
@@ -134,6 +139,19 @@ class DiagnosticsConfig(ConfigSection):
     template_entropy_ratio: float = _f(
         0.5, "... while the entropy EMA stays above this x its peak.", ge=0.0
     )
+    # (h) a decision task's answers collapse onto one label
+    answer_warn: float = _f(
+        0.4,
+        "answers rule: a warning when the answer-overuse EMA is above this ...",
+        ge=0.0,
+        le=1.0,
+    )
+    answer_collapse: float = _f(
+        0.6, "... a collapse above this, with the reward clearly below its peak ...", ge=0.0, le=1.0
+    )
+    answer_rise: float = _f(
+        0.2, "... and only after it rose this much above its lowest EMA.", ge=0.0
+    )
     # a solved task may turn deterministic: that is convergence, not collapse
     solved_success: float = _f(
         0.9,
@@ -167,11 +185,18 @@ class DiagnosticsConfig(ConfigSection):
             "think": self.think_key,
             "distinct": self.distinct_key,
             "identical": self.identical_key,
+            "answers": self.answer_key,
             "retrieval": self.retrieval_key,
             "chance": self.chance_key,
         }
 
     def _check(self) -> None:
+        if self.answer_warn > self.answer_collapse:
+            raise UserError(
+                f"diagnostics.answer_warn={self.answer_warn} must be <= "
+                f"diagnostics.answer_collapse={self.answer_collapse}; lower "
+                "diagnostics.answer_warn"
+            )
         if self.identical_warn > self.identical_collapse:
             raise UserError(
                 f"diagnostics.identical_warn={self.identical_warn} must be <= "

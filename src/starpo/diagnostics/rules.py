@@ -42,7 +42,8 @@ class Signals:
     """Running history of the detector (JSON-serialisable, so checkpoints restore it).
 
     Signal names: success, reward, std, zero_std, entropy, think, distinct, identical,
-    retrieval, chance (EMAs), and grad (handled by the z-score fields instead of an EMA).
+    answers, retrieval, chance (EMAs), and grad (handled by the z-score fields instead of
+    an EMA).
     """
 
     updates: int = 0
@@ -107,7 +108,8 @@ def reward_clearly_below_peak(s: Signals, cfg: DiagnosticsConfig) -> bool:
     reward, peak = s.ema.get("reward"), s.peak.get("reward")
     if reward is None or peak is None:
         return True  # no reward logged: repetition alone decides
-    return peak - reward > cfg.reward_noise_k * step_noise(s.reward_raw)
+    # EPS: a steady reward's EMA drifts from its peak by float rounding alone
+    return peak - reward > max(cfg.reward_noise_k * step_noise(s.reward_raw), EPS)
 
 
 def rule_reward_std(s: Signals, cfg: DiagnosticsConfig, step: int) -> Alert | None:
@@ -245,6 +247,28 @@ def rule_template(s: Signals, cfg: DiagnosticsConfig, step: int) -> Alert | None
     return Alert(step, "template", WARNING, message, acc, threshold)
 
 
+def rule_answers(s: Signals, cfg: DiagnosticsConfig, step: int) -> Alert | None:
+    """(h) A decision task's answers collapse onto one label (invoice's reason, support's
+    outcome): the answer-overuse EMA (`evaluation.summary.answer_overuse`: the largest
+    share of the cases of other kinds that got one answer) above answer_warn, once it rose
+    answer_rise above its lowest EMA (an agent that always leaned one way is no new
+    collapse). A collapse above answer_collapse when the reward is also clearly below its
+    peak. Entropy and repetition can miss this: the replies stay varied, only the
+    decision in them narrows."""
+    overuse = s.ema.get("answers")
+    if overuse is None or overuse - s.low.get("answers", overuse) < cfg.answer_rise:
+        return None
+    if overuse <= cfg.answer_warn:
+        return None
+    severe = overuse > cfg.answer_collapse and reward_clearly_below_peak(s, cfg)
+    threshold = cfg.answer_collapse if severe else cfg.answer_warn
+    message = (
+        f"answer overuse EMA {overuse:.2f} > {threshold}: one answer is taking over cases "
+        "that call for others"
+    )
+    return Alert(step, "answers", COLLAPSE if severe else WARNING, message, overuse, threshold)
+
+
 Rule = Callable[[Signals, DiagnosticsConfig, int], "Alert | None"]
 
 # Rule name -> function; `diagnostics/alert/<name>` is logged for each.
@@ -256,4 +280,5 @@ RULES: dict[str, Rule] = {
     "diversity": rule_diversity,
     "reward_collapse": rule_reward_collapse,
     "template": rule_template,
+    "answers": rule_answers,
 }

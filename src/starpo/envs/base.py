@@ -44,6 +44,9 @@ def grid_cell(value: Any) -> tuple[int, int] | None:
 
 _KEY_ATOMS = (str, int, float, bool, type(None))
 
+#: `TextEnv.answer()`'s label for an episode that ended without the agent's decision.
+NO_ANSWER = "no_answer"
+
 
 def is_stable_key(key: Any) -> bool:
     """Whether `key` is a str, number, bool, None, or a tuple of such keys: values whose
@@ -168,6 +171,15 @@ class TextEnv(ABC):
         """One or two short sentences, in the agent's voice, saying why `action` is a good
         move from the current state (call before the action is applied); None when the env
         offers no rationale, e.g. for a move its solver would not make."""
+        return None
+
+    def answer(self) -> tuple[str, str] | None:
+        """For a task that ends in one decision from a fixed set of labels (invoice's
+        reason, support's outcome): (the label the agent gave, or NO_ANSWER; the label the
+        rules call for). None (the default) for tasks without one. Summaries turn these
+        into each label's share, success per gold label and `answer_overuse`, which the
+        collapse detector reads: a policy that gives cases of every kind the same answer
+        collapsed in a way its reward, entropy and repetition may not show."""
         return None
 
     # ------------------------------------------------------- optional start-state hooks

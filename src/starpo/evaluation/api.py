@@ -28,7 +28,7 @@ from starpo.config.episode import EpisodeSettings
 from starpo.envs.tools import is_tool_env
 from starpo.errors import UserError
 from starpo.rollout import prompts
-from starpo.rollout.engine import RolloutEngine, _Episode, close_envs
+from starpo.rollout.engine import RolloutEngine, _Episode, close_envs, record_outcome
 from starpo.rollout.parser import TAGGED
 from starpo.types import Trajectory
 
@@ -152,7 +152,7 @@ class ApiPlayer(RolloutEngine):
                 episode.trajectory.error = f"api: {type(exc).__name__}: {exc}"
             traj = episode.trajectory
             if traj.error is None:
-                traj.success = episode.env.is_success()
+                record_outcome(traj, episode.env)
             traj.final_state = episode.state
             traj.wall_s = time.perf_counter() - started
             if on_episode is not None:

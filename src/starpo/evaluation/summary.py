@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from starpo import runs
+from starpo.envs.base import NO_ANSWER
 from starpo.stats import mean, pass_at_k, ratio, wilson_interval
 from starpo.types import Episode, Record, Trajectory
 
@@ -67,6 +68,8 @@ def _turn_summary(
         out["generation_tokens_per_s"] = ratio(generated, generation_seconds)
     if any(turn.tool_results for turn in turns):
         out.update(_tool_summary(turns))
+    if any(t.gold_answer is not None for t in trajectories):
+        out.update(_answer_summary(trajectories))
     return out
 
 
@@ -80,6 +83,40 @@ def _tool_summary(turns: list[Any]) -> dict[str, float]:
             counts[json.loads(call).get("name", "?")] += 1
     per_tool = {f"tool_calls/{name}": float(n) for name, n in sorted(counts.items())}
     return {"tool_call_valid": ratio(sum(counts.values()), tried), **per_tool}
+
+
+def answer_overuse(answers: Sequence[str], golds: Sequence[str]) -> float | None:
+    """How far one answer took over cases it is wrong for: the largest, over the labels
+    given (NO_ANSWER aside), share of the cases whose gold label differs that got it.
+    0 when every given answer is right; 1 when one label went to every case of other
+    kinds, as when RL drove an invoice agent's line checks onto "price_mismatch". None
+    when no given label has a case it would be wrong for."""
+    shares = []
+    for label in set(answers) - {NO_ANSWER}:
+        others = [given for given, gold in zip(answers, golds, strict=True) if gold != label]
+        if others:
+            shares.append(others.count(label) / len(others))
+    return max(shares) if shares else None
+
+
+def _answer_summary(trajectories: list[Trajectory]) -> dict[str, float]:
+    """A decision task's answers (`TextEnv.answer()`): answer_share/<label> (the share of
+    episodes that gave it), family_success/<gold label> (success among the cases that
+    call for it) and answer_overuse."""
+    decided = [t for t in trajectories if t.gold_answer is not None]
+    answers = [t.answer or NO_ANSWER for t in decided]
+    golds = [str(t.gold_answer) for t in decided]
+    out: dict[str, float] = {
+        f"answer_share/{label}": answers.count(label) / len(answers)
+        for label in sorted(set(answers))
+    }
+    for gold in sorted(set(golds)):
+        family = [t.success for t in decided if t.gold_answer == gold]
+        out[f"family_success/{gold}"] = ratio(sum(family), len(family))
+    overuse = answer_overuse(answers, golds)
+    if overuse is not None:
+        out["answer_overuse"] = overuse
+    return out
 
 
 def summarise(
@@ -100,6 +137,8 @@ def summarise(
     env_errors (episodes an env error ended), and with `generation_seconds` (time in the
     generation backend) generation_tokens_per_s. Tool-calling envs add tool_call_valid
     (well-formed calls / calls) and tool_calls/<tool> (well-formed calls of each tool).
+    Decision tasks (`TextEnv.answer()`: invoice, support) add answer_share/<label>,
+    family_success/<gold label> and answer_overuse (see `answer_overuse`).
     """
     n = len(episodes)
     successes = sum(e.success for e in episodes)

@@ -94,6 +94,15 @@ def call_env(where: str, call: Callable[[], Any], timeout_s: float) -> Any:
     return outcome["value"]
 
 
+def record_outcome(trajectory: Trajectory, env: TextEnv) -> None:
+    """A finished episode's success and, for a decision task, its answer labels (asked
+    only of an env that did not error)."""
+    trajectory.success = env.is_success()
+    labels = env.answer()
+    if labels is not None:
+        trajectory.answer, trajectory.gold_answer = labels
+
+
 def close_envs(episodes: list[_Episode], timeout_s: float) -> None:
     """Close every episode's env once its episode is over (a remote env ends its server
     session here); a close that raises or hangs is ignored: the episode is already played."""
@@ -251,7 +260,7 @@ class RolloutEngine:
         self.backend.reset()
         for episode in episodes:
             if episode.trajectory.error is None:  # an errored env is not asked again
-                episode.trajectory.success = episode.env.is_success()
+                record_outcome(episode.trajectory, episode.env)
             episode.trajectory.final_state = episode.state
         return [e.trajectory for e in episodes]
 

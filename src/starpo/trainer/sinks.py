@@ -335,6 +335,8 @@ def training_line_keys(env_id: str, validation_id: str, budgeted: bool) -> dict[
         "format_ok": f"{train}/format_ok",
         # envs that judge moves (TextEnv.good_actions): the share an optimal policy could take
         "optimal_actions": f"{train}/optimal_action_rate",
+        # decision tasks (TextEnv.answer): how far one label took over other kinds of case
+        "overuse": f"{train}/answer_overuse",
         "entropy": "actor/entropy",
         "grad_norm": "actor/grad_norm",
         # where the learning signal is: groups whose rewards vary, and the mean pass rate

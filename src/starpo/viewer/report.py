@@ -77,7 +77,9 @@ PANELS: tuple[Panel, ...] = (
 #: signal is (`signal/*`: groups whose rewards vary, all failed, all solved, and the pass
 #: rate); the pass-rate controller's k (`curriculum.*`) and its pass rate against the target.
 #: The share of moves an optimal policy could make (envs whose
-#: solver judges moves, `TextEnv.good_actions`); RAGEN-2's template-collapse probe
+#: solver judges moves, `TextEnv.good_actions`); a decision task's answer overuse (the
+#: largest share of cases of other kinds one label took: invoice, support); RAGEN-2's
+#: template-collapse probe
 #: (diagnostics.mi_every): retrieval accuracy against its chance level, and the
 #: input-reply mutual information.
 OPTIONAL_PANELS: tuple[Panel, ...] = (
@@ -108,6 +110,11 @@ OPTIONAL_PANELS: tuple[Panel, ...] = (
         "optimal_actions",
         "Moves an optimal policy could make",
         (("train", "train/*/optimal_action_rate"), ("val", "val/*/optimal_action_rate")),
+    ),
+    Panel(
+        "answers",
+        "Decision answers: overuse of one label",
+        (("train", "train/*/answer_overuse"), ("val", "val/*/answer_overuse")),
     ),
     Panel(
         "mi_retrieval",

@@ -36,6 +36,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from starpo.envs.base import NO_ANSWER
 from starpo.envs.invoice.cases import (
     DECISIONS,
     HELDOUT_ONLY,
@@ -315,6 +316,13 @@ class InvoiceEnv(ToolEnv):
 
     def is_success(self) -> bool:
         return self._matches_gold()
+
+    def answer(self) -> tuple[str, str] | None:
+        """(the recorded reason, or NO_ANSWER; the gold reason, the case's problem)."""
+        if self._gold is None:
+            return None
+        given = NO_ANSWER if self.recorded is None else str(self.recorded["reason"])
+        return given, self._gold.reason
 
     # ------------------------------------------------------------------------ solver
     def _plan(self) -> list[tuple[str, dict[str, Any]]]:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
+from starpo.envs.base import NO_ANSWER
 from starpo.envs.support.cases import (
     ALL_KINDS,
     HELDOUT_ONLY_KINDS,
@@ -161,6 +162,12 @@ class SupportEnv(ToolEnv):
 
     def is_success(self) -> bool:
         return self.outcome is not None and self._matches_gold()
+
+    def answer(self) -> tuple[str, str] | None:
+        """(the resolve outcome, or NO_ANSWER; the gold resolution's outcome)."""
+        if self.case is None:
+            return None
+        return self.outcome or NO_ANSWER, decide(self.case).outcome
 
     def _matches_gold(self) -> bool:
         gold = decide(self._case)
