@@ -32,18 +32,15 @@ import argparse
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+import torch
 
-import torch  # noqa: E402
-
-from starpo.trainer.checkpoints import store as checkpoint  # noqa: E402
-from starpo.trainer.checkpoints.saver import CheckpointSaver, Target  # noqa: E402
-from starpo.trainer.checkpoints.store import checkpoint_bytes  # noqa: E402
+from starpo.trainer.checkpoints import store as checkpoint
+from starpo.trainer.checkpoints.saver import CheckpointSaver, Target
+from starpo.trainer.checkpoints.store import checkpoint_bytes
 
 
 def rereading_write_folder(folder: Path, step: int, state: dict) -> None:

@@ -31,22 +31,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+import torch
 
-import torch  # noqa: E402
-
-from common import bandit_prompt_ids, memory_bandwidth_gbs, seconds  # noqa: E402
-from starpo.compute.flops import measure_matmul_peak  # noqa: E402
-from starpo.models import load_model  # noqa: E402
-from starpo.rollout.backends.base import GenerationRequest, SamplingParams  # noqa: E402
-from starpo.rollout.backends.hf import HFBackend  # noqa: E402
-from starpo.rollout.backends.lean import LeanBackend  # noqa: E402
-from starpo.rollout.backends.linear_kernels import onednn_applies  # noqa: E402
+from common import bandit_prompt_ids, memory_bandwidth_gbs, seconds
+from starpo.compute.flops import measure_matmul_peak
+from starpo.models import load_model
+from starpo.rollout.backends.base import GenerationRequest, SamplingParams
+from starpo.rollout.backends.hf import HFBackend
+from starpo.rollout.backends.lean import LeanBackend
+from starpo.rollout.backends.linear_kernels import onednn_applies
 
 
 class Contender:

@@ -13,17 +13,13 @@ levels, against the random policy's.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections import Counter
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from starpo.envs import make  # noqa: E402
-from starpo.envs.policies import make_policy  # noqa: E402
-from starpo.envs.sokoban.env import SokobanEnv  # noqa: E402
-from starpo.envs.sokoban.solver import SokobanSolver  # noqa: E402
+from starpo.envs import make
+from starpo.envs.policies import make_policy
+from starpo.envs.sokoban.env import SokobanEnv
+from starpo.envs.sokoban.solver import SokobanSolver
 
 CONFIGS = {  # id -> constructor arguments (as registered in starpo.envs)
     "sokoban": {"dim_room": (6, 6), "num_boxes": 1},

@@ -24,24 +24,21 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+import torch
 
-import torch  # noqa: E402
-
-from starpo.models import load_model  # noqa: E402
-from starpo.rollout import EpisodeSettings, RolloutEngine  # noqa: E402
-from starpo.rollout.backends.base import (  # noqa: E402
+from starpo.models import load_model
+from starpo.rollout import EpisodeSettings, RolloutEngine
+from starpo.rollout.backends.base import (
     BackendNumerics,
     Generation,
     GenerationRequest,
     SamplingParams,
     ends_with_stop,
 )
-from starpo.rollout.backends.hf import HFBackend  # noqa: E402
-from starpo.rollout.backends.lean import LeanBackend  # noqa: E402
+from starpo.rollout.backends.hf import HFBackend
+from starpo.rollout.backends.lean import LeanBackend
 
 
 class GenerateEveryTurn:

@@ -18,7 +18,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 # The tests' server-in-a-thread helper (uvicorn on 127.0.0.1, bounded waits).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "serve"))
 from serving import running  # noqa: E402

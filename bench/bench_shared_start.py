@@ -40,21 +40,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+import torch
 
-import torch  # noqa: E402
-
-from starpo.config import load_config  # noqa: E402
-from starpo.models import load_model  # noqa: E402
-from starpo.models.precision import rollout_dtype  # noqa: E402
-from starpo.rollout import RolloutEngine  # noqa: E402
-from starpo.rollout.backends import lean_decoder  # noqa: E402
-from starpo.rollout.backends.lean import LeanBackend  # noqa: E402
+from starpo.config import load_config
+from starpo.models import load_model
+from starpo.models.precision import rollout_dtype
+from starpo.rollout import RolloutEngine
+from starpo.rollout.backends import lean_decoder
+from starpo.rollout.backends.lean import LeanBackend
 
 FUSED_KERNEL = lean_decoder._FLASH_CPU
 PRESETS = {"invoice": "cpu-invoice-sft-starpo-s", "support": "cpu-support-sft-starpo-s"}

@@ -15,18 +15,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from starpo.config import load_config  # noqa: E402
-from starpo.envs import make  # noqa: E402
-from starpo.models import load_tokenizer  # noqa: E402
-from starpo.rollout import prompts  # noqa: E402
-from starpo.rollout.chat import ChatTokens  # noqa: E402
-from starpo.sft.replay import replay_records  # noqa: E402
-from starpo.sft.run import gather_records  # noqa: E402
+from starpo.config import load_config
+from starpo.envs import make
+from starpo.models import load_tokenizer
+from starpo.rollout import prompts
+from starpo.rollout.chat import ChatTokens
+from starpo.sft.replay import replay_records
+from starpo.sft.run import gather_records
 
 FORMATS = tuple(prompts.TOOL_LISTINGS)  # json first: the ratios are against it
 

@@ -40,9 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from common import MAX_RESPONSE_WORDS, bandit_prompt_ids  # noqa: E402
+from common import MAX_RESPONSE_WORDS, bandit_prompt_ids
 
 MODEL = "smollm2-135m-instruct"
 ENV = "bandit"

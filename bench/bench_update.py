@@ -47,35 +47,31 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+import torch
 
-import torch  # noqa: E402
-
-from starpo.compute import flops  # noqa: E402
-from starpo.compute.batch import TrainBatch, build_batch  # noqa: E402
-from starpo.config import load_config  # noqa: E402
-from starpo.models import load_model  # noqa: E402
-from starpo.models.precision import (  # noqa: E402
+from starpo.compute import flops
+from starpo.compute.batch import TrainBatch, build_batch
+from starpo.config import load_config
+from starpo.models import load_model
+from starpo.models.precision import (
     Precision,
     compute_dtype,
     cpu_has_native_bf16,
 )
-from starpo.rollout import RolloutEngine  # noqa: E402
-from starpo.rollout.backends.base import Generation  # noqa: E402
-from starpo.rollout.chat import ChatTokens  # noqa: E402
-from starpo.rollout.prompts import SYSTEM_PROMPT  # noqa: E402
-from starpo.trainer import prepare, update  # noqa: E402
-from starpo.trainer.optim import build_optimizers  # noqa: E402
-from starpo.trainer.train_models import ValueModel, build_models  # noqa: E402
+from starpo.rollout import RolloutEngine
+from starpo.rollout.backends.base import Generation
+from starpo.rollout.chat import ChatTokens
+from starpo.rollout.prompts import SYSTEM_PROMPT
+from starpo.trainer import prepare, update
+from starpo.trainer.optim import build_optimizers
+from starpo.trainer.train_models import ValueModel, build_models
 from starpo.trainer.update_settings import UpdateSettings
-from starpo.types import Trajectory, Turn  # noqa: E402
-from update_cases import (  # noqa: E402
+from starpo.types import Trajectory, Turn
+from update_cases import (
     SOKOBAN_PRESET,
     print_breakdown,
     recompute_seconds,

@@ -24,20 +24,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+import torch
 
-import torch  # noqa: E402
-
-from starpo.config import load_config  # noqa: E402
-from starpo.distributed import RolloutPool, connect  # noqa: E402
-from starpo.models import load_model  # noqa: E402
-from starpo.models.precision import rollout_dtype  # noqa: E402
-from starpo.registry import GENERATION_BACKENDS  # noqa: E402
-from starpo.rollout import RolloutEngine  # noqa: E402
+from starpo.config import load_config
+from starpo.distributed import RolloutPool, connect
+from starpo.models import load_model
+from starpo.models.precision import rollout_dtype
+from starpo.registry import GENERATION_BACKENDS
+from starpo.rollout import RolloutEngine
 
 
 def play(engine, seeds, group_size, seed_backend) -> tuple[float, int, int]:

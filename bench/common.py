@@ -3,15 +3,11 @@ this machine's memory bandwidth and fp32 matmul peak, measured in the same run."
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-import torch  # noqa: E402
+import torch
 
 MAX_RESPONSE_WORDS = 100  # the length the prompt asks for (starpo's default)
 

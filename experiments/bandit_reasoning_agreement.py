@@ -21,9 +21,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from starpo.runs import load_jsonl, step_files, warn_skipped  # noqa: E402
+from starpo.runs import load_jsonl, step_files, warn_skipped
 
 ARMS = ("Phoenix", "Dragon")
 

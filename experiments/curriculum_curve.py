@@ -17,11 +17,9 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from starpo.errors import UserError  # noqa: E402
-from starpo.runs.metrics import read_metrics  # noqa: E402
-from starpo.stats import mean  # noqa: E402
+from starpo.errors import UserError
+from starpo.runs.metrics import read_metrics
+from starpo.stats import mean
 
 COLUMNS = {
     "k": "curriculum/moves",

@@ -45,12 +45,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from starpo.cli.args import ListFlag, all_overrides  # noqa: E402
-from starpo.diagnostics.outcome import COLLAPSE_DROP, best_success, collapse_step  # noqa: E402
-from starpo.runs.metrics import metric_curves, read_alerts, read_metrics  # noqa: E402
-from starpo.viewer.report import main_figure_name  # noqa: E402
+from starpo.cli.args import ListFlag, all_overrides
+from starpo.diagnostics.outcome import COLLAPSE_DROP, best_success, collapse_step
+from starpo.runs.metrics import metric_curves, read_alerts, read_metrics
+from starpo.viewer.report import main_figure_name
 
 PRESET = "cpu-bandit-starpo-s"
 VANILLA = ["filter.enabled=false", "algorithm.kl_coef=0.001", "algorithm.clip_high=0.2"]

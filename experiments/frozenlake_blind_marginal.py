@@ -17,13 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from starpo.envs.frozenlake.env import ACTIONS, FrozenLakeEnv  # noqa: E402
+from starpo.envs.frozenlake.env import ACTIONS, FrozenLakeEnv
 
 
 def move_mix(trajectories: list[dict]) -> dict[str, float]:

@@ -30,18 +30,14 @@ policy: a model has to build it from the grid's text before RL can pull on it.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from starpo.algorithms.advantages import group_normalise  # noqa: E402
-from starpo.algorithms.losses import AGGREGATIONS, aggregate  # noqa: E402
-from starpo.envs.frozenlake.env import FrozenLakeEnv  # noqa: E402
-from starpo.envs.frozenlake.solver import ACTIONS  # noqa: E402
+from starpo.algorithms.advantages import group_normalise
+from starpo.algorithms.losses import AGGREGATIONS, aggregate
+from starpo.envs.frozenlake.env import FrozenLakeEnv
+from starpo.envs.frozenlake.solver import ACTIONS
 
 MOVES = ACTIONS  # Left, Down, Right, Up
 

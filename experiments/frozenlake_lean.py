@@ -26,22 +26,19 @@ Non-slippery maps only (good moves are cells, not distributions). The model load
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from starpo.compute.forward import common_prefix_length  # noqa: E402
-from starpo.envs.frozenlake.env import FrozenLakeEnv  # noqa: E402
-from starpo.envs.frozenlake.solver import ACTIONS  # noqa: E402
-from starpo.models import DEFAULT_MODEL  # noqa: E402
-from starpo.models.compat import cache_argument  # noqa: E402
-from starpo.models.embedded import ensure_default_model  # noqa: E402
-from starpo.rollout import prompts  # noqa: E402
-from starpo.rollout.chat import ChatTokens  # noqa: E402
+from starpo.compute.forward import common_prefix_length
+from starpo.envs.frozenlake.env import FrozenLakeEnv
+from starpo.envs.frozenlake.solver import ACTIONS
+from starpo.models import DEFAULT_MODEL
+from starpo.models.compat import cache_argument
+from starpo.models.embedded import ensure_default_model
+from starpo.rollout import prompts
+from starpo.rollout.chat import ChatTokens
 
 MOVES = ACTIONS  # Left, Down, Right, Up
 

@@ -25,10 +25,8 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from starpo.envs.frozenlake.env import ACTIONS, FrozenLakeEnv  # noqa: E402
-from starpo.runs import load_jsonl, step_files, warn_skipped  # noqa: E402
+from starpo.envs.frozenlake.env import ACTIONS, FrozenLakeEnv
+from starpo.runs import load_jsonl, step_files, warn_skipped
 
 # Rendered symbols (TILE_SYMBOLS, PLAYER_SYMBOLS) -> map letters; the player's own cell
 # is frozen ice (on a hole or the goal the episode has ended, so no move is asked there).

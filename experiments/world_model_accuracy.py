@@ -22,10 +22,8 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from starpo.evaluation.world_model import score_trajectories  # noqa: E402
-from starpo.runs import (  # noqa: E402
+from starpo.evaluation.world_model import score_trajectories
+from starpo.runs import (
     EVAL_TRAJECTORIES_FILE,
     SFT_DATA_FILE,
     VAL_TRAJECTORIES_DIR,
@@ -33,7 +31,7 @@ from starpo.runs import (  # noqa: E402
     step_files,
     warn_skipped,
 )
-from starpo.types import Trajectory, record_from_dict  # noqa: E402
+from starpo.types import Trajectory, record_from_dict
 
 
 def episode_files(path: Path) -> list[tuple[str, Path]]:
