@@ -46,8 +46,9 @@ class RolloutConfig(EpisodeSettings):
     kv_dtype: str = config_field(
         "fp32",
         "Dtype of the lean backend's KV cache. bf16 halves the bytes each decode step's "
-        "attention reads (1.44x faster on a 2-core native-bf16 CPU; decode attention is "
-        "most of a long tool dialogue's rollout time), at one more rounding of each key: "
+        "attention reads (1.44x faster on a 2-core native-bf16 CPU, where decode attention "
+        "is most of a long tool dialogue's rollout time; no faster on a 2-core AVX2-only "
+        "CPU, where it is not bound by memory), at one more rounding of each key: "
         "inexact, so the trainer recomputes old log-probs. The hf backend's cache follows "
         "rollout.dtype.",
         choices=("fp32", "bf16", "float32", "bfloat16"),
