@@ -408,6 +408,101 @@ def test_attention_in_parts_merged_by_log_sum_exp_is_one_softmax(monkeypatch):
         assert torch.allclose(lse, scores.logsumexp(-1), atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_level_read_in_one_call_is_one_softmax_over_each_rows_tree(dtype):
+    # Two levels: one block every row reads, then 3 blocks of which rows read 0 and 2 (3
+    # readers and 1: padded slots), with masked columns; each row's attention over its
+    # own tree (its blocks, then its own columns) equals one softmax over them.
+    from starpo.rollout.backends.lean_kv_store import SharedLevel
+
+    torch.manual_seed(1)
+    rows, kv_heads, group, dim = 4, 2, 3, 8
+    q = torch.randn(rows, kv_heads * group, 1, dim)
+
+    def cache(blocks, columns):
+        return torch.randn(blocks, kv_heads, columns, dim).to(dtype)
+
+    levels = [
+        SharedLevel([cache(1, 5)], [cache(1, 5)], torch.zeros(rows, dtype=torch.long)),
+        SharedLevel([cache(3, 4)], [cache(3, 4)], torch.tensor([2, 0, 2, 2])),
+    ]
+    keys, values = cache(rows, 6), cache(rows, 6)
+    attend = torch.ones(rows, 1, 1, 15, dtype=torch.bool)
+    attend[1, :, :, 5:7] = False  # padding in row 1's case block
+    attend[3, :, :, 12:] = False  # and in row 3's own columns
+    bias = lean_decoder.attention_bias(attend, group)
+    reads = lean_decoder.level_reads(levels, bias)
+    assert reads[0].blocks is None and reads[1].blocks.tolist() == [0, 2]
+    assert reads[1].slots.tolist() == [1, 1, 1, 0, 2, 3]  # block 0 padded to 3 readers
+    parts = [
+        lean_decoder.SharedPart(level.keys[0], level.values[0], read)
+        for level, read in zip(levels, reads, strict=True)
+    ]
+    out = lean_decoder.attend_parts(q, kv_heads, keys, values, bias[..., 9:], parts)
+    assert lean_decoder.kv_bytes_read(keys, parts) == 2 * dtype.itemsize * kv_heads * dim * (
+        rows * 6 + 5 + 2 * 4
+    )  # the unread case block is not read
+    for row in range(rows):
+        case = int(levels[1].rows[row])
+        row_keys = torch.cat([levels[0].keys[0][0], levels[1].keys[0][case], keys[row]], dim=1)
+        row_values = torch.cat(
+            [levels[0].values[0][0], levels[1].values[0][case], values[row]], dim=1
+        )
+        grouped = q[row].reshape(kv_heads, group, dim)
+        expected = _full_attention(
+            grouped,
+            row_keys.float(),
+            row_values.float(),
+            bias[row, :, :, :].expand(kv_heads, -1, -1),
+        )
+        got = out[row].reshape(kv_heads, group, dim)
+        tolerance = 1e-5 if dtype == torch.float32 else 3e-2
+        assert torch.allclose(got.double(), expected, atol=tolerance), row
+
+
+def test_kv_store_compaction_moves_each_rows_chosen_columns_to_the_front():
+    store = KVStore(layers=2, rows=2, kv_heads=1, head_dim=2, dtype=torch.float32, device="cpu")
+    store.ensure(6)
+    columns = torch.arange(2 * 4 * 2, dtype=torch.float32).view(2, 1, 4, 2)
+    for layer in range(2):
+        store.write(layer, columns + 100 * layer, -columns)
+    store.length = 4
+    order = torch.tensor([[1, 3, 0, 2], [0, 1, 2, 3]])
+    store.compact(order, 2)
+    assert store.length == 2
+    for layer in range(2):
+        assert torch.equal(store.keys[layer][0, 0, :2], columns[0, 0, [1, 3]] + 100 * layer)
+        assert torch.equal(store.values[layer][1, 0, :2], -columns[1, 0, :2])
+
+
+def test_dropping_padding_changes_no_token_and_shortens_the_cache(tiny):
+    # Rows stop at different steps (a third of the vocabulary ends a reply) and feed
+    # chunks of different lengths over three turns: with the padding dropped before each
+    # turn's decoding, the same tokens come out, log-probs within fp32 rounding, from a
+    # cache that holds fewer columns.
+    model, tokenizer = tiny
+    stops = tuple(range(0, model.config.vocab_size, 3))
+    params = SamplingParams(max_new_tokens=12, temperature=1.0, stop_token_ids=stops)
+    runs = {}
+    for drop in (False, True):
+        backend = LeanBackend(model, pad_token_id=tokenizer.pad_token_id, seed=7)
+        backend.drop_padding = drop
+        requests = [GenerationRequest(i, list(p)) for i, p in enumerate(PROMPTS)]
+        out = backend.generate(requests, params)
+        for turn in range(2):
+            chunks = [[30 + turn] * (1 + 3 * i) for i in range(len(PROMPTS))]
+            out += backend.generate([GenerationRequest(i, c) for i, c in enumerate(chunks)], params)
+        runs[drop] = (backend, out)
+    (kept, plain), (dropped, lean) = runs[False], runs[True]
+    assert len({len(g.token_ids) for g in plain}) > 1  # replies of different lengths
+    assert [g.token_ids for g in lean] == [g.token_ids for g in plain]
+    for a, b in zip(lean, plain, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+    assert dropped._cache.length < kept._cache.length
+    assert dropped._mask.shape == (len(PROMPTS), dropped._cache.length)
+    assert torch.equal(dropped._mask.sum(1), kept._mask.sum(1))  # the same real columns
+
+
 def _generate(model, tokenizer, kv_dtype, weights_dtype=torch.float32, prompts=SHARED_START):
     backend = LeanBackend(
         model, pad_token_id=tokenizer.pad_token_id, seed=5, weights_dtype=weights_dtype

@@ -30,7 +30,7 @@ from starpo.rollout.backends.linear_kernels import pack_weight, pick_linear
 #: Model types whose decoder layers are exactly what `LeanLlama` computes.
 LEAN_MODEL_TYPES = ("llama", "qwen2", "mistral")
 #: Query rows from which a feed over shared prompt blocks copies them into each row and
-#: runs one fused attention call, instead of attending block by block (`_attend_parts`,
+#: runs one fused attention call, instead of attending part by part (`attend_parts`,
 #: whose additive bias grows with width x columns). Measured on 2 cores (SmolLM2, fp32
 #: cache, 64 rows over a 661-column shared block and 700 own columns, a whole forward):
 #: block by block 0.25 s against 1.38 s at 1 row, 1.25 against 2.34 s at 16, 4.27
@@ -143,49 +143,74 @@ class AttentionTally:
 
 def kv_bytes_read(keys: torch.Tensor, parts: list[SharedPart]) -> int:
     """Key and value bytes one layer's attention reads: every row's own columns, plus each
-    shared block read (once for all the rows that read it, `LeanLlama._attend_parts`)."""
+    shared block read (once for all the rows that read it, `attend_parts`)."""
     read = 2 * keys.numel() * keys.element_size()
     for part in parts:
         block = part.keys[0]
-        read += 2 * len(part.reads) * block.numel() * block.element_size()
+        read += 2 * part.read.block_count * block.numel() * block.element_size()
     return read
 
 
 @dataclass(frozen=True)
 class SharedPart:
     """One level of a layer's shared prompt tree as attention reads it: the level's
-    blocks (blocks, kv_heads, columns, head_dim) and the reads of them (`BlockRead`)."""
+    blocks (blocks, kv_heads, columns, head_dim) and how one call reads them (`LevelRead`)."""
 
     keys: torch.Tensor
     values: torch.Tensor
-    reads: list[BlockRead]
+    read: LevelRead
 
 
 @dataclass(frozen=True)
-class BlockRead:
-    """One block and the rows reading it, with their additive bias over its columns as
-    one call stacks their queries: (1, 1, rows x query rows each, columns). The same in
-    every layer, so a forward slices it once."""
+class LevelRead:
+    """How one attention call reads a level of the shared prompt tree: each block some
+    row reads is one batch entry of the call, its readers' queries stacked as its query
+    rows, padded to the most readers any block has (a padding slot repeats the block's
+    first reader; its output is dropped). The same in every layer: a forward builds it
+    once (`level_reads`).
 
-    block: int
-    members: torch.Tensor
+    blocks: the blocks read, in order (None: every block, so the level's keys and values
+    are used as they are, not gathered); slots: (blocks x most,) the row in each slot;
+    readers: the rows of the real slots, in slot order; real: (blocks x most,) bool;
+    bias: (blocks, 1, most x query rows, columns), additive, over the level's columns."""
+
+    blocks: torch.Tensor | None
+    slots: torch.Tensor
+    readers: torch.Tensor
+    real: torch.Tensor
     bias: torch.Tensor
 
+    @property
+    def block_count(self) -> int:
+        return self.bias.shape[0]
 
-def block_reads(levels: list[Any], bias: torch.Tensor) -> list[list[BlockRead]]:
-    """Each level's `BlockRead`s, from the forward's bias (B, 1, query rows, T) whose
-    first columns are the levels' in order."""
+
+def level_reads(levels: list[Any], bias: torch.Tensor) -> list[LevelRead]:
+    """Each level's `LevelRead`, from the forward's bias (B, 1, query rows, T) whose first
+    columns are the levels' in order."""
     reads, start = [], 0
     for level in levels:
         span = slice(start, start + level.columns)
         start = span.stop
+        groups = level.groups()
+        most = max(len(members) for _, members in groups)
+        slots = torch.cat(
+            [torch.cat([members, members[:1].expand(most - len(members))]) for _, members in groups]
+        )
+        device = level.rows.device
+        real = torch.cat(
+            [torch.arange(most, device=device) < len(members) for _, members in groups]
+        )
+        blocks = torch.tensor([block for block, _ in groups], device=device)
+        every = len(groups) == level.keys[0].shape[0]  # groups() lists blocks in order
         reads.append(
-            [
-                BlockRead(
-                    block, members, bias[members, 0, :, span].reshape(1, 1, -1, level.columns)
-                )
-                for block, members in level.groups()
-            ]
+            LevelRead(
+                blocks=None if every else blocks,
+                slots=slots,
+                readers=slots[real],
+                real=real,
+                bias=bias[slots, 0, :, span].reshape(len(groups), 1, -1, level.columns),
+            )
         )
     return reads
 
@@ -275,10 +300,10 @@ class LeanLlama:
         # observation) over no levels, or over levels copied into each row's keys (from
         # FUSED_SHARED_WIDTH rows on): one fused call with the mask, no extra (L, T) bias.
         copy_blocks = bool(store.levels) and width >= FUSED_SHARED_WIDTH
-        read_levels = [] if copy_blocks else store.levels  # the levels read block by block
+        read_levels = [] if copy_blocks else store.levels  # the levels read apart
         manual = width == 1 or bool(read_levels)
         bias = attention_bias(attend, self.heads // self.kv_heads) if manual else None
-        reads = block_reads(read_levels, bias)  # [] when no level is read block by block
+        reads = level_reads(read_levels, bias)  # [] when no level is read apart
         own_bias = bias[..., store.shared :] if read_levels else bias
         for i, w in enumerate(self.run_layers):
             qkv = self.linear(self._norm(x, w.input_norm), w.qkv, w.qkv_bias).float()
@@ -292,8 +317,8 @@ class LeanLlama:
                 keys = torch.cat([shared_keys, keys], dim=2)
                 values = torch.cat([shared_values, values], dim=2)
             parts = [
-                SharedPart(level.keys[i], level.values[i], level_reads)
-                for level, level_reads in zip(read_levels, reads, strict=True)
+                SharedPart(level.keys[i], level.values[i], read)
+                for level, read in zip(read_levels, reads, strict=True)
             ]
             if bias is None:
                 att = F.scaled_dot_product_attention(
@@ -305,7 +330,7 @@ class LeanLlama:
                     enable_gqa=True,
                 ).float()
             else:
-                att = self._attend_parts(queries, keys, values, own_bias, parts)
+                att = attend_parts(queries, self.kv_heads, keys, values, own_bias, parts)
             self.attention.add(
                 width == 1, time.perf_counter() - started, kv_bytes_read(keys, parts)
             )
@@ -317,48 +342,57 @@ class LeanLlama:
         store.length += width
         return self.linear(self._norm(x[:, -1], self.final_norm), self.run_head, None).float()
 
-    def _attend_parts(
-        self,
-        q: torch.Tensor,
-        keys: torch.Tensor,
-        values: torch.Tensor,
-        own_bias: torch.Tensor,
-        parts: list[SharedPart],
-    ) -> torch.Tensor:
-        """Attention of q (B, heads, L, D) over the shared prompt tree's levels (`parts`)
-        and each row's own keys (with `own_bias` over them), one part at a time, merged by
-        their log-sum-exps (`merge_parts`): the rows reading one block are stacked as
-        query rows of one call against it, so a block is read once per step however many
-        rows read it. The query heads sharing a kv head are stacked as extra query rows
-        too, so keys and values are never repeated (grouped-query attention)."""
-        rows, heads, width, dim = q.shape
-        grouped = q.reshape(rows, self.kv_heads, heads // self.kv_heads * width, dim)
-        queries = grouped.shape[2]
-        outs, lses = [], []
-        for part in parts:
-            out = grouped.new_empty(rows, self.kv_heads, queries, dim)
-            lse = grouped.new_empty(rows, self.kv_heads, queries)
-            for read in part.reads:
-                members = read.members
-                stacked = grouped[members].transpose(0, 1).reshape(1, self.kv_heads, -1, dim)
-                block_out, block_lse = attend_with_lse(
-                    stacked, part.keys[read.block][None], part.values[read.block][None], read.bias
-                )
-                shape = (self.kv_heads, len(members), queries)
-                out[members] = block_out.view(*shape, dim).transpose(0, 1)
-                lse[members] = block_lse.view(shape).transpose(0, 1)
-            outs.append(out)
-            lses.append(lse)
-        own_out, own_lse = attend_with_lse(grouped, keys, values, own_bias)
-        merged = merge_parts([*outs, own_out], [*lses, own_lse])
-        return merged.view(rows, heads, width, dim)
+
+def attend_parts(
+    q: torch.Tensor,
+    kv_heads: int,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    own_bias: torch.Tensor,
+    parts: list[SharedPart],
+) -> torch.Tensor:
+    """Attention of q (B, heads, L, D) over the shared prompt tree's levels (`parts`) and
+    each row's own keys and values (B, kv_heads, T, D), with `own_bias` over those, one
+    call a part, merged by their log-sum-exps (`merge_parts`). A level's call has one
+    batch entry a block, the rows reading it stacked as its query rows (`LevelRead`), so
+    a block is read once per step however many rows read it, and a level of many blocks
+    (an RL step's cases) costs one call, not one a block. The query heads sharing a kv
+    head are stacked as extra query rows too, so keys and values are never repeated
+    (grouped-query attention)."""
+    rows, heads, width, dim = q.shape
+    grouped = q.reshape(rows, kv_heads, heads // kv_heads * width, dim)
+    queries = grouped.shape[2]
+    outs, lses = [], []
+    for part in parts:
+        read = part.read
+        blocks = read.block_count
+        stacked = grouped[read.slots].view(blocks, -1, kv_heads, queries, dim).transpose(1, 2)
+        level_keys, level_values = part.keys, part.values
+        if read.blocks is not None:
+            level_keys, level_values = level_keys[read.blocks], level_values[read.blocks]
+        block_out, block_lse = attend_with_lse(
+            stacked.reshape(blocks, kv_heads, -1, dim), level_keys, level_values, read.bias
+        )
+        # (blocks, kv_heads, most x queries, ...) back to one entry a slot, then a row
+        block_out = block_out.view(blocks, kv_heads, -1, queries, dim).transpose(1, 2)
+        block_lse = block_lse.view(blocks, kv_heads, -1, queries).transpose(1, 2)
+        out = grouped.new_empty(rows, kv_heads, queries, dim)
+        lse = grouped.new_empty(rows, kv_heads, queries)
+        out[read.readers] = block_out.reshape(-1, kv_heads, queries, dim)[read.real]
+        lse[read.readers] = block_lse.reshape(-1, kv_heads, queries)[read.real]
+        outs.append(out)
+        lses.append(lse)
+    own_out, own_lse = attend_with_lse(grouped, keys, values, own_bias)
+    merged = merge_parts([*outs, own_out], [*lses, own_lse])
+    return merged.view(rows, heads, width, dim)
 
 
 #: PyTorch's fused CPU attention kernel, which also returns each query's log-sum-exp (the
 #: public `scaled_dot_product_attention` drops it). One decode step's attention (64 rows,
 #: 3 kv heads x 3 queries, 1,500 keys; `bench/bench_decode_attention.py`, 2-core Xeon with
 #: native bf16): 8.89 ms fp32 against 11.26 ms for two matmuls around a softmax, 6.18 ms
-#: with bf16 keys and values (half the bytes).
+#: with bf16 keys and values (half the bytes). On a 2-core AVX2-only EPYC the three are
+#: within run-to-run noise of each other (14.5-17 ms): the kernel is not memory-bound there.
 _FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
@@ -398,7 +432,7 @@ def merge_parts(outs: list[torch.Tensor], lses: list[torch.Tensor]) -> torch.Ten
 
 def attention_bias(attend: torch.Tensor, group: int) -> torch.Tensor:
     """(B, 1, L, T) bool -> (B, 1, group * L, T) additive fp32 (0 or -inf), repeated for
-    the query heads of a group, as `LeanLlama._attend_parts` stacks them."""
+    the query heads of a group, as `attend_parts` stacks them."""
     bias = torch.zeros(attend.shape, dtype=torch.float32, device=attend.device)
     bias = bias.masked_fill(~attend, float("-inf"))
     rows, _, width, total = bias.shape
