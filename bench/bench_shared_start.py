@@ -17,7 +17,13 @@ that common start once either way; the question is what the cache holds afterwar
 - one block: every row reads one shared block (`LeanBackend.share_common_start`, the
   default), so a decode step's attention reads it once for all rows;
 - with `--bf16-cache`, one block and keys and values in bf16 (`rollout.kv_dtype=bf16`,
-  opt-in, inexact): half the bytes for every decode step's attention to read.
+  opt-in, inexact): half the bytes for every decode step's attention to read;
+- padding dropped: one block, fp32 (and bf16 with `--bf16-cache`), each row's padding
+  squeezed out of the cache before every turn's decoding (`LeanBackend.drop_padding`, the
+  default since 2026-12-08; the ways above keep it, as the decoder did before).
+
+`--ways 2 4` runs only those ways (0-based, in the order listed; the first is the ratios'
+base).
 
 With `--group-size G` the cases are an RL step's groups: G rollouts of each case,
 sampled at the preset's temperature from the same seed both ways. A group's case prompt is
@@ -90,6 +96,10 @@ def main() -> None:
         "--bf16-cache", action="store_true",
         help="a third way: one block, keys and values in bf16 (rollout.kv_dtype=bf16)",
     )  # fmt: skip
+    parser.add_argument(
+        "--ways", type=int, nargs="+", default=None,
+        help="indices of the ways to run (default: all; the first is the ratios' base)",
+    )  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -114,8 +124,14 @@ def main() -> None:
         Way(False, torch.float32),
         Way(True, torch.float32),
         *([Way(True, torch.bfloat16)] if args.bf16_cache else []),
+        Way(True, torch.float32, drop_padding=True),
+        *([Way(True, torch.bfloat16, drop_padding=True)] if args.bf16_cache else []),
     ]
-    Way(True, torch.float32).apply(backend)
+    if args.ways is not None:
+        if not all(0 <= i < len(ways) for i in args.ways):
+            raise SystemExit(f"--ways takes indices from 0 to {len(ways) - 1}")
+        ways = [ways[i] for i in args.ways]
+    Way(True, torch.float32, drop_padding=True).apply(backend)
     play(backend, tokenizer, settings, args.env, seeds[:2], group)  # warm-up: allocator
     times: dict[Way, list[float]] = {way: [] for way in ways}
     played: dict[Way, list] = {}
@@ -126,7 +142,7 @@ def main() -> None:
             times[way].append(elapsed)
             played[way] = trajectories
     # Each way's own tokens: episodes that part (sampling, bf16 near-ties) differ in work.
-    print(f"{'cache':<44}{'seconds':>9}{'tokens':>8}{'tokens/s':>10}{'ratio':>8}{'same':>6}")
+    print(f"{'cache':<50}{'seconds':>9}{'tokens':>8}{'tokens/s':>10}{'ratio':>8}{'same':>6}")
     first = ways[0]
     base = statistics.median(times[first])
     for way in ways:
@@ -134,7 +150,7 @@ def main() -> None:
         pairs = list(zip(played[way], played[first], strict=True))
         same = sum(a.token_ids == b.token_ids for a, b in pairs)
         print(
-            f"{way.label(group):<44}{median:>9.1f}{tokens:>8}{tokens / median:>10.1f}"
+            f"{way.label(group):<50}{median:>9.1f}{tokens:>8}{tokens / median:>10.1f}"
             f"{base / median:>7.2f}x{same:>6}"
         )
     print(
@@ -158,10 +174,14 @@ class Way:
     # PyTorch's fused attention kernel, or two matmuls around a softmax (the lean
     # decoder's decode attention before 2026-12-07; its path off the CPU still)
     fused: bool = True
+    # Each row's padding squeezed out before every turn's decoding (the default since
+    # 2026-12-08), or kept (the decoder's way before)
+    drop_padding: bool = False
 
     def apply(self, backend: LeanBackend) -> None:
         backend.share_common_start = self.shared
         backend.kv_dtype = self.kv_dtype
+        backend.drop_padding = self.drop_padding
         lean_decoder._FLASH_CPU = FUSED_KERNEL if self.fused else None
 
     def label(self, group: int) -> str:
@@ -170,7 +190,8 @@ class Way:
         else:
             where = "two levels: start, case" if self.shared else "the start in each case's block"
         kernel = "" if self.fused else ", two matmuls"
-        return f"{where}, {str(self.kv_dtype).removeprefix('torch.')}{kernel}"
+        padding = ", padding dropped" if self.drop_padding else ""
+        return f"{where}, {str(self.kv_dtype).removeprefix('torch.')}{kernel}{padding}"
 
 
 if __name__ == "__main__":

@@ -29,22 +29,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+import torch
 
-import torch  # noqa: E402
-
-from common import memory_bandwidth_gbs  # noqa: E402
-from starpo.compute import flops  # noqa: E402
-from starpo.config import load_config  # noqa: E402
-from starpo.models.precision import cpu_has_native_bf16  # noqa: E402
-from starpo.rollout.backends.lean_decoder import AttentionTally  # noqa: E402
-from starpo.types import Trajectory  # noqa: E402
+from common import memory_bandwidth_gbs
+from starpo.compute import flops
+from starpo.config import load_config
+from starpo.models.precision import cpu_has_native_bf16
+from starpo.rollout.backends.lean_decoder import AttentionTally
+from starpo.types import Trajectory
 
 PRESETS = {
     "sokoban": "cpu-sokoban-sft-starpo-s",
@@ -65,6 +62,9 @@ class Contender:
     name: str
     overrides: tuple[str, ...] = ()
     tools_only: bool = False  # a lever of the tool envs' prompts: skipped elsewhere
+    # The lean cache keeps the padding a rectangular batch accumulates (its path before
+    # 2026-12-08; `LeanBackend.drop_padding`), to measure what dropping it saves.
+    keep_padding: bool = False
 
     @property
     def layout(self) -> tuple[str, ...]:
@@ -117,6 +117,7 @@ CONTENDERS = (
         SIGNATURES + GROUPS_4X8 + DETACHED_CONTEXT + BF16_CACHE,
         tools_only=True,
     ),
+    Contender("padding kept (before 2026-12-08)", keep_padding=True),
 )
 
 
@@ -200,6 +201,7 @@ def run_contender(cfg_name: str, model_dir: Path, contender: Contender, steps: i
         lean = getattr(backend, "lean", None)
         if lean is not None:
             lean.attention = figures.attention = AttentionTally()  # this contender's alone
+            backend.drop_padding = not contender.keep_padding
         shape = flops.model_shape(trainer.models.actor)
         for step in range(steps):
             fed_before = backend.tokens_fed

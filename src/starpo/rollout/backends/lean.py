@@ -16,6 +16,13 @@ Same sessions, shared-prompt encoding and sampling as `HFBackend`, with a faster
   False), so the trainer recomputes the PPO ratio's old log-probs, as verl does with vLLM.
   With fp32 weights the lean forward uses the training model's own tensors (no copy) and
   its log-probs match the transformers forward within fp32 rounding.
+- Padding is dropped before each turn's decoding (`drop_padding`): a batch's cache is
+  rectangular, so every row gets the longest row's chunk of a turn and a column every
+  decode step after its own reply ended, masked but read by every later step. Moving each
+  row's real columns to the front leaves the same keys for each row's attention, in the
+  same order (exact up to the order of float sums), for one copy of the rows' own columns
+  a turn. It pays where replies end at different lengths; where all run to their budget
+  (the base model on invoice) it saved nothing (0.99x, bench/bench_shared_start.py).
 - The cache may hold bf16 keys and values (`kv_dtype`, rollout.kv_dtype): a decode step's
   attention reads every cached column once a row, so half the bytes take less time (on a
   2-core Xeon with native bf16: 64 rows x 1,500 columns, 8.89 ms fp32 against 6.18 ms
@@ -68,6 +75,9 @@ class LeanBackend(HFBackend):
         # Exact either way (the same tokens, log-probs within fp32 rounding); off only to
         # measure it (bench/bench_shared_start.py).
         self.share_common_start = True
+        # Exact up to float rounding; off only to measure it (bench/bench_step.py,
+        # bench/bench_shared_start.py).
+        self.drop_padding = True
 
     @property
     def kv_dtype(self) -> torch.dtype:
@@ -96,6 +106,29 @@ class LeanBackend(HFBackend):
         longest = max((len(r.new_token_ids) for r in requests), default=0)
         self.room = longest + 1 + params.max_new_tokens
         return super().generate(requests, params)
+
+    def _decode(self, sessions, rows, logits, params):
+        if self.drop_padding:
+            self._drop_padding()
+        return super()._decode(sessions, rows, logits, params)
+
+    def _drop_padding(self) -> None:
+        """Each row's real own columns to the front (`KVStore.compact`), the mask with
+        them: the turn's decode steps then read no padding from earlier turns or this
+        turn's feed. Positions are counted from the mask, so they do not change."""
+        store = self._cache
+        if store is None or not store.rows:
+            return
+        real = self._mask[:, store.shared :].bool()
+        counts = real.sum(dim=1)
+        columns = int(counts.max())
+        if columns == real.shape[1]:
+            return  # some row is real in every column: nothing to gain
+        # A stable sort of "is padding" puts each row's real columns first, in order.
+        order = torch.sort((~real).to(torch.uint8), dim=1, stable=True).indices
+        store.compact(order, columns)
+        own = torch.arange(columns, device=self.device)[None, :] < counts[:, None]
+        self._mask = torch.cat([self._mask[:, : store.shared], own.long()], dim=1)
 
     def _empty_cache(self, rows: int) -> None:
         super()._empty_cache(rows)

@@ -103,6 +103,19 @@ class KVStore:
         self.values[layer][:, :, start:end] = values
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
+    def compact(self, order: torch.Tensor, columns: int) -> None:
+        """Each row's own columns become its columns `order[row, :columns]`, in that order:
+        the rows' real columns moved to the front, so the padding a batch accumulates (a
+        rectangular cache gives every row the longest row's chunk each turn, and a column
+        each decode step after its reply ended) is no longer held nor read. One copy of the
+        own columns, in place; the capacity stays."""
+        index = order[:, None, :columns, None]
+        for store in (self.keys, self.values):
+            for old in store:
+                gathered = old.gather(2, index.expand(-1, old.shape[1], -1, old.shape[3]))
+                old[:, :, :columns] = gathered
+        self.length = self.shared + columns
+
     def share(self, index: torch.Tensor) -> None:
         """Rows become `index` of the current rows (repeats allowed), and the current rows'
         own columns become a new level of shared blocks, one a current row: nothing is
