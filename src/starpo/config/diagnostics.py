@@ -191,15 +191,10 @@ class DiagnosticsConfig(ConfigSection):
         }
 
     def _check(self) -> None:
-        if self.answer_warn > self.answer_collapse:
-            raise UserError(
-                f"diagnostics.answer_warn={self.answer_warn} must be <= "
-                f"diagnostics.answer_collapse={self.answer_collapse}; lower "
-                "diagnostics.answer_warn"
-            )
-        if self.identical_warn > self.identical_collapse:
-            raise UserError(
-                f"diagnostics.identical_warn={self.identical_warn} must be <= "
-                f"diagnostics.identical_collapse={self.identical_collapse}; lower "
-                "diagnostics.identical_warn"
-            )
+        for signal in ("identical", "answer"):
+            warn, collapse = getattr(self, f"{signal}_warn"), getattr(self, f"{signal}_collapse")
+            if warn > collapse:
+                raise UserError(
+                    f"diagnostics.{signal}_warn={warn} must be <= "
+                    f"diagnostics.{signal}_collapse={collapse}; lower diagnostics.{signal}_warn"
+                )

@@ -112,6 +112,21 @@ def reward_clearly_below_peak(s: Signals, cfg: DiagnosticsConfig) -> bool:
     return peak - reward > max(cfg.reward_noise_k * step_noise(s.reward_raw), EPS)
 
 
+def risen_share(
+    s: Signals, cfg: DiagnosticsConfig, name: str, rise: float, warn: float, collapse: float
+) -> tuple[float, bool, float] | None:
+    """A share signal (`name`'s EMA) that rose at least `rise` above its lowest EMA and is
+    above `warn`: (EMA, severe, threshold), severe when it is also above `collapse` while
+    the reward is clearly below its peak (a policy that settled on its best answer repeats
+    it too: that is no collapse); None otherwise. A share that started high (a two-armed
+    bandit's replies, an agent that always leaned one way) is no new collapse."""
+    value = s.ema.get(name)
+    if value is None or value - s.low.get(name, value) < rise or value <= warn:
+        return None
+    severe = value > collapse and reward_clearly_below_peak(s, cfg)
+    return value, severe, collapse if severe else warn
+
+
 def rule_reward_std(s: Signals, cfg: DiagnosticsConfig, step: int) -> Alert | None:
     """(a) In-group reward std EMA < std_drop_ratio * its peak while reward is not rising.
 
@@ -184,13 +199,11 @@ def rule_diversity(s: Signals, cfg: DiagnosticsConfig, step: int) -> Alert | Non
     identical_rise above its lowest level (a task whose answers are always alike, such as
     a two-armed bandit, starts high and is no collapse); or distinct-2 EMA <
     distinct_drop_ratio * its peak once the peak exceeded distinct_min_peak (warning)."""
-    ident = s.ema.get("identical")
-    risen = ident is not None and ident - s.low.get("identical", ident) >= cfg.identical_rise
-    if risen and ident > cfg.identical_warn:
-        # Repetition is a collapse only when the reward suffers too: a policy that settled
-        # on its best answer repeats it as well.
-        severe = ident > cfg.identical_collapse and reward_clearly_below_peak(s, cfg)
-        threshold = cfg.identical_collapse if severe else cfg.identical_warn
+    hit = risen_share(
+        s, cfg, "identical", cfg.identical_rise, cfg.identical_warn, cfg.identical_collapse
+    )
+    if hit is not None:
+        ident, severe, threshold = hit
         message = f"identical responses in group EMA {ident:.2f} > {threshold}"
         return Alert(step, "diversity", COLLAPSE if severe else WARNING, message, ident, threshold)
     hit = below_peak(s, "distinct", cfg.distinct_drop_ratio, cfg.distinct_min_peak)
@@ -255,13 +268,10 @@ def rule_answers(s: Signals, cfg: DiagnosticsConfig, step: int) -> Alert | None:
     collapse). A collapse above answer_collapse when the reward is also clearly below its
     peak. Entropy and repetition can miss this: the replies stay varied, only the
     decision in them narrows."""
-    overuse = s.ema.get("answers")
-    if overuse is None or overuse - s.low.get("answers", overuse) < cfg.answer_rise:
+    hit = risen_share(s, cfg, "answers", cfg.answer_rise, cfg.answer_warn, cfg.answer_collapse)
+    if hit is None:
         return None
-    if overuse <= cfg.answer_warn:
-        return None
-    severe = overuse > cfg.answer_collapse and reward_clearly_below_peak(s, cfg)
-    threshold = cfg.answer_collapse if severe else cfg.answer_warn
+    overuse, severe, threshold = hit
     message = (
         f"answer overuse EMA {overuse:.2f} > {threshold}: one answer is taking over cases "
         "that call for others"
